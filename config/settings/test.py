@@ -1,0 +1,16 @@
+"""Settings for pytest: fast hashing, tasks run in-process unless a test starts a real worker."""
+
+from config.settings.base import *  # noqa: F403
+from config.settings.base import TESSERA, env
+
+SECRET_KEY = "tessera-test-secret-key-not-for-production"
+DEBUG = False
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+ALLOWED_HOSTS = ["*"]
+CELERY_TASK_ALWAYS_EAGER = env.bool("TESSERA_TEST_EAGER", default=True)
+CELERY_TASK_EAGER_PROPAGATES = True
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+TESSERA = {**TESSERA, "STALE_AFTER_SECONDS": 180}

@@ -1,0 +1,25 @@
+"""Top-level routes: UI pages per app, the API under /api/v1/, schema and docs, health and metrics."""
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+
+from core import views as core_views
+
+api_v1 = [
+    path("", include("core.api.urls")),
+    path("", include("fleet.api.urls")),
+]
+
+urlpatterns = [
+    path("", include("fleet.urls")),
+    path("", include("core.urls")),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include(api_v1)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("healthz", core_views.healthz, name="healthz"),
+    path("readyz", core_views.readyz, name="readyz"),
+    path("metrics", core_views.metrics, name="metrics"),
+]

@@ -1,0 +1,57 @@
+"""One error shape for every API error: {"message": "...", "errors": {"field": ["..."]}}."""
+
+from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+from rest_framework import exceptions
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from core.exceptions import ApplicationError
+
+
+def _flatten(detail) -> dict[str, list[str]]:
+    if isinstance(detail, dict):
+        out = {}
+        for field, value in detail.items():
+            if isinstance(value, dict):
+                for sub, messages in _flatten(value).items():
+                    out[f"{field}.{sub}"] = messages
+            elif isinstance(value, list) and value and isinstance(value[0], dict):
+                for i, item in enumerate(value):
+                    for sub, messages in _flatten(item).items():
+                        out[f"{field}[{i}].{sub}"] = messages
+            else:
+                out[field] = [str(v) for v in (value if isinstance(value, list) else [value])]
+        return out
+    if isinstance(detail, list):
+        return {"non_field_errors": [str(v) for v in detail]}
+    return {}
+
+
+def exception_handler(exc, context):
+    """Translate DRF, Django and domain errors into the one shape."""
+    if isinstance(exc, ApplicationError):
+        return Response({"message": exc.message, "errors": exc.errors}, status=exc.status)
+    if isinstance(exc, DjangoValidationError):
+        detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        exc = exceptions.ValidationError(detail)
+    elif isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        errors = _flatten(exc.detail)
+        first = next(iter(errors.items()), None)
+        message = "Invalid input." if first is None else f"Invalid input: {first[0]}: {first[1][0]}"
+        if first and first[0] == "non_field_errors":
+            message = first[1][0]
+        response.data = {"message": message, "errors": errors}
+    else:
+        detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
+        response.data = {"message": str(detail), "errors": {}}
+    return response

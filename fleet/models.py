@@ -1,0 +1,203 @@
+"""Fleet inventory: what exists and what it reported. Desired state lives in sharing/ and scheduling/."""
+
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+
+from fleet.choices import ClusterDriver, ConfigState, ConnectionState, GpuHealth, SharingMode
+from fleet.querysets import ClusterQuerySet, GpuQuerySet, MigDeviceQuerySet, NodePoolQuerySet, NodeQuerySet
+
+
+class Cluster(models.Model):
+    """A set of nodes reached through one driver: a Kubernetes API (GPU Operator) or Tessera's node agents."""
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    driver = models.CharField(max_length=20, choices=ClusterDriver.choices, default=ClusterDriver.KUBERNETES)
+    # A path to a kubeconfig readable by the workers; never returned by the API or written to logs.
+    kubeconfig_path = models.CharField(max_length=500, blank=True)
+    in_cluster = models.BooleanField(default=False, help_text="Use the service account of the pod Tessera runs in.")
+    operator_namespace = models.CharField(max_length=63, default="gpu-operator")
+    metrics_url = models.URLField(blank=True, help_text="dcgm-exporter endpoint scraped for utilisation.")
+    connection_state = models.CharField(max_length=10, choices=ConnectionState.choices, default=ConnectionState.NEVER)
+    last_contact_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ClusterQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(driver=ClusterDriver.KUBERNETES) | ~Q(kubeconfig_path="") | Q(in_cluster=True),
+                name="%(app_label)s_%(class)s_kubernetes_has_credentials",
+                violation_error_message="A Kubernetes cluster needs a kubeconfig path or in-cluster credentials.",
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
+
+    def get_absolute_url(self):
+        return reverse("fleet:cluster_detail", args=[self.pk])
+
+
+class NodePool(models.Model):
+    """Nodes that share a sharing profile, schedule and QoS policy; members by label selector or explicitly."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pools")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    node_selector = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Kubernetes label selector (e.g. tessera.io/pool=inference). Empty: members are set explicitly.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = NodePoolQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="%(app_label)s_%(class)s_unique_name_per_cluster"),
+        ]
+
+    def __str__(self):
+        return f"{self.cluster.name}/{self.name}"
+
+    def get_absolute_url(self):
+        return reverse("fleet:pool_detail", args=[self.pk])
+
+
+class Node(models.Model):
+    """A GPU node and what it last reported: readiness, versions, and its sharing config and state."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="nodes")
+    pool = models.ForeignKey(NodePool, on_delete=models.SET_NULL, null=True, blank=True, related_name="nodes")
+    name = models.CharField(max_length=253)
+    labels = models.JSONField(default=dict, blank=True)
+    ready = models.BooleanField(null=True)
+    unschedulable = models.BooleanField(default=False)
+    allocatable = models.JSONField(default=dict, blank=True, help_text="Observed allocatable GPU resources.")
+    kubelet_version = models.CharField(max_length=50, blank=True)
+    driver_version = models.CharField(max_length=50, blank=True)
+    cuda_version = models.CharField(max_length=20, blank=True)
+    numa_nodes = models.PositiveSmallIntegerField(null=True, blank=True)
+    observed_mode = models.CharField(max_length=20, choices=SharingMode.choices, blank=True)
+    observed_mig_config = models.CharField(max_length=253, blank=True)
+    observed_device_plugin_config = models.CharField(max_length=253, blank=True)
+    config_state = models.CharField(max_length=20, choices=ConfigState.choices, default=ConfigState.UNKNOWN)
+    config_state_since = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    agent_last_seen_at = models.DateTimeField(null=True, blank=True)
+    agent_version = models.CharField(max_length=50, blank=True)
+    gone_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = NodeQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="%(app_label)s_%(class)s_unique_name_per_cluster"),
+        ]
+        indexes = [models.Index(fields=["cluster", "pool"]), models.Index(fields=["config_state"])]
+
+    def __str__(self):
+        return self.name
+
+    def get_absolute_url(self):
+        return reverse("fleet:node_detail", args=[self.pk])
+
+
+class Gpu(models.Model):
+    """One physical GPU; kept (marked gone) when it disappears, so its history survives a replacement."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, unique=True)
+    product = models.CharField(max_length=100, db_index=True, help_text="GPU Feature Discovery product name.")
+    memory_mib = models.PositiveIntegerField(default=0)
+    pci_bus_id = models.CharField(max_length=32, blank=True)
+    pci_device_id = models.CharField(max_length=16, blank=True)
+    numa_node = models.SmallIntegerField(null=True, blank=True)
+    mig_capable = models.BooleanField(default=False)
+    mig_enabled = models.BooleanField(default=False)
+    mig_pending = models.BooleanField(null=True, blank=True, help_text="MIG mode after the next reset, if different.")
+    health = models.CharField(max_length=10, choices=GpuHealth.choices, default=GpuHealth.UNKNOWN)
+    ecc_dbe_total = models.PositiveIntegerField(default=0)
+    ecc_sbe_total = models.PositiveIntegerField(default=0)
+    last_xid = models.PositiveIntegerField(null=True, blank=True)
+    last_xid_at = models.DateTimeField(null=True, blank=True)
+    utilization_pct = models.FloatField(null=True, blank=True)
+    memory_used_mib = models.PositiveIntegerField(null=True, blank=True)
+    temperature_c = models.FloatField(null=True, blank=True)
+    power_w = models.FloatField(null=True, blank=True)
+    metrics_at = models.DateTimeField(null=True, blank=True)
+    gone_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = GpuQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node", "index"],
+                condition=Q(gone_at__isnull=True),
+                name="%(app_label)s_%(class)s_unique_live_index_per_node",
+            ),
+            models.CheckConstraint(
+                condition=Q(utilization_pct__isnull=True) | Q(utilization_pct__gte=0, utilization_pct__lte=100),
+                name="%(app_label)s_%(class)s_utilization_is_percent",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.node.name}/gpu{self.index}"
+
+    def get_absolute_url(self):
+        return reverse("fleet:gpu_detail", args=[self.pk])
+
+    @property
+    def memory_used_pct(self) -> float | None:
+        if self.memory_used_mib is None or not self.memory_mib:
+            return None
+        return round(100 * self.memory_used_mib / self.memory_mib, 1)
+
+
+class MigDevice(models.Model):
+    """A MIG slice as observed on a GPU: profile, placement in memory slices, and who uses it."""
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="mig_devices")
+    profile = models.CharField(max_length=32)
+    start = models.PositiveSmallIntegerField()
+    size = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, blank=True)
+    gpu_instance_id = models.PositiveSmallIntegerField(null=True, blank=True)
+    compute_instance_id = models.PositiveSmallIntegerField(null=True, blank=True)
+    memory_mib = models.PositiveIntegerField(default=0)
+    in_use_by = models.CharField(max_length=300, blank=True, help_text="Pod (namespace/name) or process using it.")
+
+    objects = MigDeviceQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["gpu", "start"]
+        constraints = [
+            models.UniqueConstraint(fields=["gpu", "start"], name="%(app_label)s_%(class)s_unique_start_per_gpu"),
+            models.UniqueConstraint(
+                fields=["uuid"], condition=~Q(uuid=""), name="%(app_label)s_%(class)s_unique_uuid"
+            ),
+            models.CheckConstraint(condition=Q(size__gte=1, size__lte=8), name="%(app_label)s_%(class)s_size_in_range"),
+        ]
+
+    def __str__(self):
+        return f"{self.gpu}/{self.profile}@{self.start}"

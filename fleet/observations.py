@@ -1,0 +1,66 @@
+"""What a node reported, as plain values: the one input shape for every source (Kubernetes sync, agent, seed)."""
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class MigDeviceObservation:
+    profile: str
+    start: int
+    size: int
+    uuid: str = ""
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    memory_mib: int = 0
+    in_use_by: str = ""
+
+
+@dataclass(frozen=True)
+class GpuObservation:
+    index: int
+    uuid: str
+    product: str
+    memory_mib: int = 0
+    pci_bus_id: str = ""
+    pci_device_id: str = ""
+    numa_node: int | None = None
+    mig_capable: bool = False
+    mig_enabled: bool = False
+    mig_pending: bool | None = None
+    health: str = "unknown"
+    # None: this report says nothing about MIG devices (leave them); a tuple: exactly these exist.
+    mig_devices: tuple[MigDeviceObservation, ...] | None = None
+
+
+@dataclass(frozen=True)
+class NodeObservation:
+    name: str
+    labels: dict = field(default_factory=dict)
+    ready: bool | None = None
+    unschedulable: bool = False
+    allocatable: dict = field(default_factory=dict)
+    kubelet_version: str = ""
+    driver_version: str = ""
+    cuda_version: str = ""
+    numa_nodes: int | None = None
+    observed_mode: str = ""
+    observed_mig_config: str = ""
+    observed_device_plugin_config: str = ""
+    config_state: str = "unknown"
+    last_error: str = ""
+    # None: this report says nothing about GPUs (leave them); a tuple: exactly these GPUs are present.
+    gpus: tuple[GpuObservation, ...] | None = None
+
+
+@dataclass(frozen=True)
+class GpuMetrics:
+    """One utilisation/health sample of a GPU, joined by UUID (dcgm-exporter or the agent)."""
+
+    uuid: str
+    utilization_pct: float | None = None
+    memory_used_mib: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    last_xid: int | None = None
+    ecc_dbe_total: int | None = None
+    ecc_sbe_total: int | None = None

@@ -1,0 +1,78 @@
+"""Reusable reads of the fleet, chainable: Gpu.objects.live().mig_capable().in_pool(pool)."""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+def stale_cutoff(now=None):
+    """Observations older than this instant make a node stale."""
+    return (now or timezone.now()) - timedelta(seconds=settings.TESSERA["STALE_AFTER_SECONDS"])
+
+
+class ClusterQuerySet(models.QuerySet):
+    def with_counts(self):
+        return self.annotate(
+            node_count=models.Count("nodes", filter=Q(nodes__gone_at__isnull=True), distinct=True),
+            pool_count=models.Count("pools", distinct=True),
+        )
+
+
+class NodePoolQuerySet(models.QuerySet):
+    def with_counts(self):
+        return self.annotate(node_count=models.Count("nodes", filter=Q(nodes__gone_at__isnull=True)))
+
+
+class NodeQuerySet(models.QuerySet):
+    def live(self):
+        return self.filter(gone_at__isnull=True)
+
+    def in_cluster(self, cluster):
+        return self.filter(cluster=cluster)
+
+    def in_pool(self, pool):
+        return self.filter(pool=pool)
+
+    def stale(self, now=None):
+        return self.filter(Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=stale_cutoff(now)))
+
+    def fresh(self, now=None):
+        return self.filter(last_seen_at__gte=stale_cutoff(now))
+
+    def with_gpu_summary(self):
+        """GPU count, unhealthy count, mean utilisation and the products, computed in the database."""
+        live_gpu = Q(gpus__gone_at__isnull=True)
+        return self.annotate(
+            gpu_count=models.Count("gpus", filter=live_gpu),
+            unhealthy_gpu_count=models.Count("gpus", filter=live_gpu & Q(gpus__health="unhealthy")),
+            mean_utilization=models.Avg("gpus__utilization_pct", filter=live_gpu),
+            product=models.Max("gpus__product", filter=live_gpu),
+        )
+
+
+class GpuQuerySet(models.QuerySet):
+    def live(self):
+        return self.filter(gone_at__isnull=True)
+
+    def mig_capable(self):
+        return self.filter(mig_capable=True)
+
+    def mig_enabled(self):
+        return self.filter(mig_enabled=True)
+
+    def in_pool(self, pool):
+        return self.filter(node__pool=pool)
+
+    def in_cluster(self, cluster):
+        return self.filter(node__cluster=cluster)
+
+    def unhealthy(self):
+        return self.exclude(health="healthy").exclude(health="unknown")
+
+
+class MigDeviceQuerySet(models.QuerySet):
+    def in_use(self):
+        return self.exclude(in_use_by="")

@@ -1,0 +1,376 @@
+"""Writes to the fleet: cluster and pool management, and idempotent recording of what nodes report."""
+
+from collections.abc import Iterable, Sequence
+from dataclasses import astuple, dataclass, fields
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from core.exceptions import ApplicationError
+from fleet.labels import parse_selector, selector_matches
+from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
+from fleet.observations import GpuMetrics, MigDeviceObservation, NodeObservation
+
+CHUNK = 900  # stays below SQLite's bound-parameter limit with room for other parameters
+
+NODE_FIELDS = (
+    "labels",
+    "ready",
+    "unschedulable",
+    "allocatable",
+    "kubelet_version",
+    "driver_version",
+    "cuda_version",
+    "numa_nodes",
+    "observed_mode",
+    "observed_mig_config",
+    "observed_device_plugin_config",
+    "config_state",
+    "last_error",
+)
+GPU_FIELDS = (
+    "index",
+    "product",
+    "memory_mib",
+    "pci_bus_id",
+    "pci_device_id",
+    "numa_node",
+    "mig_capable",
+    "mig_enabled",
+    "mig_pending",
+    "health",
+)
+MIG_FIELDS = tuple(f.name for f in fields(MigDeviceObservation))
+
+# XIDs after which a GPU needs a reset or replacement (nvidia-contracts.md §10); 13/31/45 point at the workload.
+CRITICAL_XIDS = frozenset({43, 48, 61, 62, 64, 74, 79, 95})
+
+
+def _chunks(items: Sequence, size: int = CHUNK):
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+# --- clusters and pools ------------------------------------------------------------------------------------------
+
+
+CLUSTER_EDITABLE = ("name", "description", "driver", "kubeconfig_path", "in_cluster", "operator_namespace", "metrics_url")
+POOL_EDITABLE = ("name", "description", "node_selector")
+
+
+def _save_validated(instance, update_fields=None):
+    instance.full_clean()
+    instance.save(update_fields=update_fields)
+    return instance
+
+
+@transaction.atomic
+def cluster_create(**values) -> Cluster:
+    """Register a cluster; the credentials reference is validated, never echoed back."""
+    return _save_validated(Cluster(**{k: v for k, v in values.items() if k in CLUSTER_EDITABLE}))
+
+
+@transaction.atomic
+def cluster_update(*, cluster: Cluster, **values) -> Cluster:
+    for key in CLUSTER_EDITABLE:
+        if key in values:
+            setattr(cluster, key, values[key])
+    return _save_validated(cluster)
+
+
+@transaction.atomic
+def cluster_delete(*, cluster: Cluster) -> None:
+    """Refuse while nodes remain: their history would go with them."""
+    count = cluster.nodes.count()
+    if count:
+        raise ApplicationError(f"Cluster {cluster.name} still has {count} nodes; remove them first.", status=409)
+    cluster.delete()
+
+
+def _validate_selector(selector: str) -> None:
+    try:
+        parse_selector(selector)
+    except ValueError as exc:
+        raise ApplicationError("Invalid node selector.", errors={"node_selector": [str(exc)]}) from exc
+
+
+@transaction.atomic
+def pool_create(*, cluster: Cluster, **values) -> NodePool:
+    """Create a pool; with a node selector, the cluster's matching nodes join at once."""
+    _validate_selector(values.get("node_selector", ""))
+    pool = _save_validated(NodePool(cluster=cluster, **{k: v for k, v in values.items() if k in POOL_EDITABLE}))
+    if pool.node_selector:
+        pool_apply_selector(pool=pool)
+    return pool
+
+
+@transaction.atomic
+def pool_update(*, pool: NodePool, **values) -> NodePool:
+    if "node_selector" in values:
+        _validate_selector(values["node_selector"])
+    for key in POOL_EDITABLE:
+        if key in values:
+            setattr(pool, key, values[key])
+    _save_validated(pool)
+    if pool.node_selector:
+        pool_apply_selector(pool=pool)
+    return pool
+
+
+@transaction.atomic
+def pool_delete(*, pool: NodePool) -> None:
+    """Members fall back to no pool; nothing else is lost."""
+    pool.delete()
+
+
+@transaction.atomic
+def pool_set_members(*, pool: NodePool, nodes: Iterable[Node]) -> int:
+    """Make exactly these nodes the pool's members; only for pools without a selector, nodes of the same cluster."""
+    if pool.node_selector:
+        raise ApplicationError(
+            "This pool selects its members by label; edit the selector instead.",
+            errors={"nodes": ["Members of a selector pool cannot be set explicitly."]},
+        )
+    nodes = list(nodes)
+    foreign = [n.name for n in nodes if n.cluster_id != pool.cluster_id]
+    if foreign:
+        raise ApplicationError(
+            "Nodes must belong to the pool's cluster.",
+            errors={"nodes": [f"{', '.join(foreign[:5])} not in cluster {pool.cluster.name}"]},
+        )
+    ids = [n.pk for n in nodes]
+    Node.objects.filter(pool=pool).exclude(pk__in=ids).update(pool=None, updated_at=timezone.now())
+    return Node.objects.filter(pk__in=ids).update(pool=pool, updated_at=timezone.now())
+
+
+def pool_apply_selector(*, pool: NodePool) -> int:
+    """Re-evaluate a selector pool's membership against the labels its cluster's nodes reported."""
+    requirements = parse_selector(pool.node_selector)
+    member_ids, leaving_ids = [], []
+    for pk, labels, pool_id in Node.objects.live().filter(cluster=pool.cluster_id).values_list("pk", "labels", "pool"):
+        if selector_matches(requirements, labels):
+            member_ids.append(pk)
+        elif pool_id == pool.pk:
+            leaving_ids.append(pk)
+    now = timezone.now()
+    for chunk in _chunks(leaving_ids):
+        Node.objects.filter(pk__in=chunk).update(pool=None, updated_at=now)
+    for chunk in _chunks(member_ids):
+        Node.objects.filter(pk__in=chunk).update(pool=pool, updated_at=now)
+    return len(member_ids)
+
+
+# --- observed inventory ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class InventoryResult:
+    """What a recording changed; all zeros when the same report arrives twice."""
+
+    nodes_created: int = 0
+    nodes_updated: int = 0
+    nodes_gone: int = 0
+    gpus_created: int = 0
+    gpus_updated: int = 0
+    gpus_gone: int = 0
+    mig_devices_replaced: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return any(astuple(self))
+
+
+def _selector_pools(cluster: Cluster):
+    pools = NodePool.objects.filter(cluster=cluster).exclude(node_selector="").order_by("pk")
+    return [(pool.pk, parse_selector(pool.node_selector)) for pool in pools]
+
+
+def _pool_for(labels: dict, selector_pools, current_pool_id):
+    """The first selector pool whose selector matches; explicit membership is kept when none does."""
+    for pool_id, requirements in selector_pools:
+        if selector_matches(requirements, labels):
+            return pool_id
+    if current_pool_id is not None and any(pid == current_pool_id for pid, _ in selector_pools):
+        return None  # left its selector pool
+    return current_pool_id
+
+
+@transaction.atomic
+def inventory_record(
+    *, cluster: Cluster, nodes: Sequence[NodeObservation], complete: bool = False, now=None
+) -> InventoryResult:
+    """Record observed nodes idempotently, in bulk; with `complete`, nodes not reported are marked gone."""
+    now = now or timezone.now()
+    result = InventoryResult()
+    observed = {o.name: o for o in nodes}
+    if complete:
+        existing = {n.name: n for n in Node.objects.filter(cluster=cluster)}
+    else:
+        existing = {}
+        for chunk in _chunks(list(observed)):
+            existing.update({n.name: n for n in Node.objects.filter(cluster=cluster, name__in=chunk)})
+    selector_pools = _selector_pools(cluster)
+
+    to_create, to_update, update_fields, seen_ids = [], [], set(), []
+    for name, obs in observed.items():
+        node = existing.get(name)
+        values = {f: getattr(obs, f) for f in NODE_FIELDS}
+        if node is None:
+            node = Node(cluster=cluster, name=name, last_seen_at=now, config_state_since=now, **values)
+            node.pool_id = _pool_for(obs.labels, selector_pools, None)
+            to_create.append(node)
+            continue
+        seen_ids.append(node.pk)
+        changed = {f for f, v in values.items() if getattr(node, f) != v}
+        pool_id = _pool_for(obs.labels, selector_pools, node.pool_id)
+        if pool_id != node.pool_id:
+            changed.add("pool")
+        if node.gone_at is not None:
+            changed.add("gone_at")
+            node.gone_at = None
+        if changed:
+            for f in changed & set(NODE_FIELDS):
+                setattr(node, f, values[f])
+            node.pool_id = pool_id
+            if "config_state" in changed:
+                node.config_state_since = now
+                changed.add("config_state_since")
+            node.updated_at = now
+            to_update.append(node)
+            update_fields |= changed | {"updated_at"}
+    if to_create:
+        Node.objects.bulk_create(to_create, batch_size=500)
+        result.nodes_created = len(to_create)
+    if to_update:
+        Node.objects.bulk_update(to_update, sorted(update_fields), batch_size=500)
+        result.nodes_updated = len(to_update)
+    for chunk in _chunks(seen_ids):
+        Node.objects.filter(pk__in=chunk).update(last_seen_at=now)
+    if complete:
+        gone_ids = [n.pk for name, n in existing.items() if name not in observed and n.gone_at is None]
+        for chunk in _chunks(gone_ids):
+            Node.objects.filter(pk__in=chunk).update(gone_at=now, updated_at=now)
+        result.nodes_gone = len(gone_ids)
+
+    node_ids = {n.name: n.pk for n in [*to_create, *existing.values()]}
+    with_gpus = [(node_ids[o.name], o) for o in observed.values() if o.gpus is not None]
+    if with_gpus:
+        _record_gpus(with_gpus, now, result)
+    return result
+
+
+def _record_gpus(with_gpus: list[tuple[int, NodeObservation]], now, result: InventoryResult) -> None:
+    node_ids = [node_id for node_id, _ in with_gpus]
+    uuids = [g.uuid for _, o in with_gpus for g in o.gpus]
+    existing: dict[str, Gpu] = {}
+    for chunk in _chunks(node_ids):
+        existing.update({g.uuid: g for g in Gpu.objects.filter(node_id__in=chunk, gone_at__isnull=True)})
+    # GPUs not live on these nodes: new ones, or ones that moved or came back (kept when gone, so found by UUID).
+    for chunk in _chunks([u for u in uuids if u not in existing]):
+        existing.update({g.uuid: g for g in Gpu.objects.filter(uuid__in=chunk)})
+
+    observed_uuids = set(uuids)
+    gone = [g for g in existing.values() if g.gone_at is None and g.uuid not in observed_uuids]
+    for chunk in _chunks([g.pk for g in gone]):
+        Gpu.objects.filter(pk__in=chunk).update(gone_at=now, updated_at=now)
+    result.gpus_gone = len(gone)
+
+    to_create, to_update, update_fields, mig_reports = [], [], set(), []
+    for node_id, obs in with_gpus:
+        for g in obs.gpus:
+            values = {f: getattr(g, f) for f in GPU_FIELDS}
+            gpu = existing.get(g.uuid)
+            if gpu is None:
+                gpu = Gpu(node_id=node_id, uuid=g.uuid, **values)
+                to_create.append(gpu)
+            else:
+                changed = {f for f, v in values.items() if getattr(gpu, f) != v}
+                if gpu.node_id != node_id:
+                    gpu.node_id = node_id
+                    changed.add("node")
+                if gpu.gone_at is not None:
+                    gpu.gone_at = None
+                    changed.add("gone_at")
+                if changed:
+                    for f in changed & set(GPU_FIELDS):
+                        setattr(gpu, f, values[f])
+                    gpu.updated_at = now
+                    to_update.append(gpu)
+                    update_fields |= changed | {"updated_at"}
+            if g.mig_devices is not None:
+                mig_reports.append((gpu, g.mig_devices))
+    if to_update:
+        Gpu.objects.bulk_update(to_update, sorted(update_fields), batch_size=500)
+        result.gpus_updated = len(to_update)
+    if to_create:
+        Gpu.objects.bulk_create(to_create, batch_size=500)
+        result.gpus_created = len(to_create)
+    if mig_reports:
+        result.mig_devices_replaced = _record_mig_devices(mig_reports)
+
+
+def _record_mig_devices(reports: list[tuple[Gpu, tuple[MigDeviceObservation, ...]]]) -> int:
+    """Replace a GPU's MIG devices only when the reported set differs from what is stored."""
+    gpu_ids = [gpu.pk for gpu, _ in reports]
+    stored: dict[int, set] = {pk: set() for pk in gpu_ids}
+    for chunk in _chunks(gpu_ids):
+        for row in MigDevice.objects.filter(gpu_id__in=chunk).values_list("gpu_id", *MIG_FIELDS):
+            stored[row[0]].add(row[1:])
+    replace_ids, new_rows = [], []
+    for gpu, devices in reports:
+        wanted = {astuple(d) for d in devices}
+        if wanted != stored[gpu.pk]:
+            replace_ids.append(gpu.pk)
+            new_rows.extend(MigDevice(gpu_id=gpu.pk, **{f: getattr(d, f) for f in MIG_FIELDS}) for d in devices)
+    for chunk in _chunks(replace_ids):
+        MigDevice.objects.filter(gpu_id__in=chunk).delete()
+    MigDevice.objects.bulk_create(new_rows, batch_size=500)
+    return len(replace_ids)
+
+
+def gpu_health(*, last_xid: int | None, ecc_dbe_total: int) -> str:
+    """Unhealthy after a critical XID or any uncorrectable ECC error; degraded after a workload XID."""
+    if ecc_dbe_total > 0 or (last_xid is not None and last_xid in CRITICAL_XIDS):
+        return "unhealthy"
+    if last_xid:
+        return "degraded"
+    return "healthy"
+
+
+@transaction.atomic
+def gpu_metrics_record(*, samples: Sequence[GpuMetrics], now=None) -> int:
+    """Store the latest utilisation and health sample per GPU (joined by UUID); returns GPUs updated."""
+    now = now or timezone.now()
+    by_uuid = {s.uuid: s for s in samples}
+    gpus = []
+    for chunk in _chunks(list(by_uuid)):
+        gpus.extend(Gpu.objects.filter(uuid__in=chunk))
+    for gpu in gpus:
+        s = by_uuid[gpu.uuid]
+        for f in ("utilization_pct", "memory_used_mib", "temperature_c", "power_w", "ecc_dbe_total", "ecc_sbe_total"):
+            value = getattr(s, f)
+            if value is not None:
+                setattr(gpu, f, value)
+        if s.last_xid is not None and s.last_xid != gpu.last_xid:
+            gpu.last_xid = s.last_xid or None
+            gpu.last_xid_at = now if s.last_xid else gpu.last_xid_at
+        gpu.health = gpu_health(last_xid=gpu.last_xid, ecc_dbe_total=gpu.ecc_dbe_total)
+        gpu.metrics_at = now
+    Gpu.objects.bulk_update(
+        gpus,
+        [
+            "utilization_pct",
+            "memory_used_mib",
+            "temperature_c",
+            "power_w",
+            "ecc_dbe_total",
+            "ecc_sbe_total",
+            "last_xid",
+            "last_xid_at",
+            "health",
+            "metrics_at",
+        ],
+        batch_size=500,
+    )
+    return len(gpus)

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class WorkerConfig(AppConfig):
+    """How changes reach nodes: drivers, rollouts and the reconcile loop."""
+
+    name = "worker"
