@@ -97,11 +97,10 @@ def _validate_selector(selector: str) -> None:
 
 @transaction.atomic
 def pool_create(*, cluster: Cluster, **values) -> NodePool:
-    """Create a pool; with a node selector, the cluster's matching nodes join at once."""
+    """Create a pool; with a node selector, the cluster's matching nodes join once the worker has run."""
     _validate_selector(values.get("node_selector", ""))
     pool = _save_validated(NodePool(cluster=cluster, **{k: v for k, v in values.items() if k in POOL_EDITABLE}))
-    if pool.node_selector:
-        pool_apply_selector(pool=pool)
+    _enqueue_selector(pool)
     return pool
 
 
@@ -113,9 +112,15 @@ def pool_update(*, pool: NodePool, **values) -> NodePool:
         if key in values:
             setattr(pool, key, values[key])
     _save_validated(pool)
-    if pool.node_selector:
-        pool_apply_selector(pool=pool)
+    _enqueue_selector(pool)
     return pool
+
+
+def _enqueue_selector(pool: NodePool) -> None:
+    if pool.node_selector:
+        from fleet.tasks import pool_apply_selector as task  # tasks import services; import late to avoid a cycle
+
+        transaction.on_commit(lambda: task.delay(pool.pk))
 
 
 @transaction.atomic

@@ -247,7 +247,8 @@ def active_window(calendar: Calendar, t: datetime) -> Window | None:
     plan = calendar._plan
     now = _utc(t)
     day = now.astimezone(plan.zone).date()
-    # The day either side covers windows crossing midnight and wall dates repeated by a fall-back at midnight.
+    # The day before holds windows crossing midnight; the day after, windows begun before a fall-back carried the
+    # wall clock back across midnight (America/Goose_Bay did until 2011).
     for candidate in (day - _DAY, day, day + _DAY):
         for start, end, window in plan.intervals(candidate):
             if start <= now < end:

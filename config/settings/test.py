@@ -14,3 +14,7 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 TESSERA = {**TESSERA, "STALE_AFTER_SECONDS": 180}
+WHITENOISE_AUTOREFRESH = True  # serve from the finders; tests never run collectstatic
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
+    # A file, not :memory:, so a real worker process started by a test sees the same test database.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "pytest.sqlite3")}  # noqa: F405

@@ -1,0 +1,363 @@
+"""Reads of the fleet for the UI: overview aggregates, table rows sized for one page, and drawn MIG layouts."""
+
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Avg, Count, F, FloatField, Max, Prefetch, Q, QuerySet
+from django.db.models.functions import Cast
+from django.utils import timezone
+
+from fleet.choices import ConfigState, GpuHealth, SharingMode
+from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
+from fleet.querysets import stale_cutoff
+from sharing.mig import UnknownProductError, get_product
+
+DEFAULT_MEMORY_SLICES = 8
+IN_PROGRESS_STATES = (ConfigState.PENDING, ConfigState.APPLYING, ConfigState.REBOOTING)
+UNHEALTHY_STATES = (GpuHealth.DEGRADED, GpuHealth.UNHEALTHY)
+
+
+def pending_deadline(now=None):
+    """A config change still in progress before this instant is stuck (MIG Manager can stay pending forever)."""
+    seconds = settings.TESSERA.get("PENDING_DEADLINE_SECONDS", 600)
+    return (now or timezone.now()) - timedelta(seconds=seconds)
+
+
+def _gib(field_name: str):
+    return Cast(F(field_name), FloatField()) / 1024.0
+
+
+def _share_rows(rows, total: int, key: str, label) -> list[dict]:
+    """Turn (key, count, mean util) rows into bar-chart rows with a percentage of the total and of the largest."""
+    rows = list(rows)
+    largest = max((row["count"] for row in rows), default=0)
+    return [
+        {
+            "key": row[key],
+            "label": label(row),
+            "count": row["count"],
+            "share_pct": round(100 * row["count"] / total, 1) if total else 0,
+            "bar_pct": round(100 * row["count"] / largest, 1) if largest else 0,
+            "mean_utilization": row.get("mean_utilization"),
+        }
+        for row in rows
+    ]
+
+
+# --- overview --------------------------------------------------------------------------------------------------
+
+
+def fleet_overview(*, now=None) -> dict:
+    """Totals, GPUs by product / cluster / sharing mode and what needs attention, in a handful of aggregate queries."""
+    now = now or timezone.now()
+    nodes = Node.objects.live()
+    gpus = Gpu.objects.live().filter(node__gone_at__isnull=True)
+
+    node_totals = nodes.aggregate(
+        nodes=Count("pk"),
+        failed=Count("pk", filter=Q(config_state=ConfigState.FAILED)),
+        stuck=Count(
+            "pk", filter=Q(config_state__in=IN_PROGRESS_STATES, config_state_since__lt=pending_deadline(now))
+        ),
+        in_progress=Count("pk", filter=Q(config_state__in=IN_PROGRESS_STATES)),
+        stale=Count("pk", filter=Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=stale_cutoff(now))),
+        not_ready=Count("pk", filter=Q(ready=False)),
+    )
+    # Separate query: joining GPUs into the aggregate above would multiply every node count by its GPUs.
+    node_totals["with_unhealthy_gpu"] = (
+        nodes.filter(gpus__gone_at__isnull=True, gpus__health__in=UNHEALTHY_STATES).values("pk").distinct().count()
+    )
+    gpu_totals = gpus.aggregate(
+        gpus=Count("pk"),
+        mig_enabled=Count("pk", filter=Q(mig_enabled=True)),
+        mig_capable=Count("pk", filter=Q(mig_capable=True)),
+        unhealthy=Count("pk", filter=Q(health__in=UNHEALTHY_STATES)),
+        mean_utilization=Avg("utilization_pct"),
+        metrics_at=Max("metrics_at"),
+    )
+    total_gpus = gpu_totals["gpus"]
+    by_product = _share_rows(
+        gpus.values("product").annotate(count=Count("pk"), mean_utilization=Avg("utilization_pct")).order_by("-count", "product"),
+        total_gpus,
+        "product",
+        lambda row: row["product"] or "Unknown product",
+    )
+    by_cluster = _share_rows(
+        gpus.values("node__cluster_id", "node__cluster__name")
+        .annotate(count=Count("pk"), mean_utilization=Avg("utilization_pct"))
+        .order_by("-count", "node__cluster__name"),
+        total_gpus,
+        "node__cluster_id",
+        lambda row: row["node__cluster__name"],
+    )
+    mode_labels = dict(SharingMode.choices)
+    by_mode = _share_rows(
+        gpus.values("node__observed_mode").annotate(count=Count("pk")).order_by("-count", "node__observed_mode"),
+        total_gpus,
+        "node__observed_mode",
+        lambda row: mode_labels.get(row["node__observed_mode"], "Not reported"),
+    )
+    return {
+        "now": now,
+        "clusters": Cluster.objects.count(),
+        **node_totals,
+        **gpu_totals,
+        "by_product": by_product,
+        "by_cluster": by_cluster,
+        "by_mode": by_mode,
+        "needs_attention": node_totals["failed"] + node_totals["stuck"] + node_totals["stale"] + gpu_totals["unhealthy"],
+    }
+
+
+# --- tables ----------------------------------------------------------------------------------------------------
+
+
+def node_filter_base() -> QuerySet[Node]:
+    """What the node filters narrow down: the nodes that still exist."""
+    return Node.objects.live()
+
+
+def node_rows(filtered: QuerySet[Node]) -> QuerySet[Node]:
+    """Rows of the node table: the filtered nodes with their neighbours and GPU summary, ready to paginate.
+
+    The filter is applied as a subquery so that joins it made through GPUs cannot multiply the GPU counts.
+    """
+    return (
+        Node.objects.filter(pk__in=filtered.values("pk"))
+        .select_related("cluster", "pool")
+        .with_gpu_summary()
+        .annotate(metrics_at=Max("gpus__metrics_at", filter=Q(gpus__gone_at__isnull=True)))
+        .order_by("cluster__name", "name")
+    )
+
+
+def gpu_filter_base() -> QuerySet[Gpu]:
+    """What the GPU filters narrow down: GPUs that still exist, on nodes that still exist."""
+    return Gpu.objects.live().filter(node__gone_at__isnull=True)
+
+
+def gpu_rows(filtered: QuerySet[Gpu]) -> QuerySet[Gpu]:
+    """Rows of the GPU table with node, cluster and pool joined and memory in GiB, ready to paginate."""
+    return (
+        Gpu.objects.filter(pk__in=filtered.values("pk"))
+        .select_related("node", "node__cluster", "node__pool")
+        .annotate(
+            memory_gib=_gib("memory_mib"),
+            memory_used_gib=_gib("memory_used_mib"),
+            mig_device_count=Count("mig_devices"),
+        )
+        .order_by("node__cluster__name", "node__name", "index")
+    )
+
+
+def cluster_rows() -> list[Cluster]:
+    """Clusters with node, pool and GPU counts (GPU counts in one grouped query, not per row)."""
+    clusters = list(Cluster.objects.with_counts())
+    gpu_counts = dict(
+        Gpu.objects.live()
+        .filter(node__gone_at__isnull=True)
+        .values_list("node__cluster_id")
+        .annotate(n=Count("pk"))
+        .values_list("node__cluster_id", "n")
+    )
+    for cluster in clusters:
+        cluster.gpu_count = gpu_counts.get(cluster.pk, 0)
+    return clusters
+
+
+def pool_rows(*, cluster: Cluster | None = None) -> list[NodePool]:
+    """Pools with their cluster, live node count and GPU count."""
+    pools = NodePool.objects.select_related("cluster").with_counts()
+    if cluster is not None:
+        pools = pools.filter(cluster=cluster)
+    pools = list(pools)
+    gpu_counts = dict(
+        Gpu.objects.live()
+        .filter(node__gone_at__isnull=True, node__pool__isnull=False)
+        .values_list("node__pool_id")
+        .annotate(n=Count("pk"))
+        .values_list("node__pool_id", "n")
+    )
+    for pool in pools:
+        pool.gpu_count = gpu_counts.get(pool.pk, 0)
+    return pools
+
+
+def node_state_summary(nodes: QuerySet[Node], *, now=None) -> dict:
+    """Counts of a set of nodes by what needs attention, for cluster and pool pages."""
+    now = now or timezone.now()
+    return nodes.live().aggregate(
+        nodes=Count("pk"),
+        failed=Count("pk", filter=Q(config_state=ConfigState.FAILED)),
+        in_progress=Count("pk", filter=Q(config_state__in=IN_PROGRESS_STATES)),
+        stale=Count("pk", filter=Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=stale_cutoff(now))),
+        not_ready=Count("pk", filter=Q(ready=False)),
+    )
+
+
+def gpu_summary(gpus: QuerySet[Gpu]) -> dict:
+    """GPU totals of a set of GPUs (a cluster's or a pool's)."""
+    gpus = gpus.live().filter(node__gone_at__isnull=True)
+    totals = gpus.aggregate(
+        gpus=Count("pk"),
+        mig_enabled=Count("pk", filter=Q(mig_enabled=True)),
+        unhealthy=Count("pk", filter=Q(health__in=UNHEALTHY_STATES)),
+        mean_utilization=Avg("utilization_pct"),
+        metrics_at=Max("metrics_at"),
+    )
+    totals["by_product"] = _share_rows(
+        gpus.values("product").annotate(count=Count("pk"), mean_utilization=Avg("utilization_pct")).order_by("-count"),
+        totals["gpus"],
+        "product",
+        lambda row: row["product"],
+    )
+    return totals
+
+
+# --- object pages ----------------------------------------------------------------------------------------------
+
+
+def node_detail_queryset() -> QuerySet[Node]:
+    """Nodes (including gone ones, whose page still explains what happened) with cluster and pool joined."""
+    return Node.objects.select_related("cluster", "pool")
+
+
+def _mig_devices_prefetch() -> Prefetch:
+    return Prefetch(
+        "mig_devices", queryset=MigDevice.objects.annotate(memory_gib=_gib("memory_mib")).order_by("start")
+    )
+
+
+def node_gpus(node: Node) -> list[Gpu]:
+    """The node's live GPUs with their MIG devices and a drawn layout for the MIG-enabled ones."""
+    gpus = list(
+        node.gpus.live()
+        .annotate(memory_gib=_gib("memory_mib"), memory_used_gib=_gib("memory_used_mib"))
+        .prefetch_related(_mig_devices_prefetch())
+        .order_by("index")
+    )
+    for gpu in gpus:
+        gpu.mig_layout = mig_layout(gpu, gpu.mig_devices.all()) if gpu.mig_enabled else None
+    return gpus
+
+
+def gpu_detail_queryset() -> QuerySet[Gpu]:
+    """GPUs (gone ones too) with node, cluster, pool and MIG devices, memory in GiB."""
+    return (
+        Gpu.objects.select_related("node", "node__cluster", "node__pool")
+        .annotate(memory_gib=_gib("memory_mib"), memory_used_gib=_gib("memory_used_mib"))
+        .prefetch_related(_mig_devices_prefetch())
+    )
+
+
+# --- MIG layout drawing ----------------------------------------------------------------------------------------
+
+SLICE_WIDTH = 60
+BLOCK_TOP = 6
+BLOCK_HEIGHT = 84
+AXIS_Y = BLOCK_TOP + BLOCK_HEIGHT + 16
+DRAWING_HEIGHT = AXIS_Y + 6
+_PROFILE_RE = re.compile(r"^(?:\d+c\.)?(?P<g>\d+)g\.(?P<rest>.+)$")
+_CANONICAL_SIZE = {1: 1, 2: 2, 3: 4, 4: 4, 7: 8}
+
+
+def memory_slices(product: str) -> int:
+    """Memory slices of a GPU model per the MIG catalog (A30: 4); 8 when the catalog does not know the model."""
+    try:
+        slices = get_product(product).memory_slices
+    except UnknownProductError:
+        slices = 0
+    return slices or DEFAULT_MEMORY_SLICES
+
+
+def profile_colour(profile: str, size: int) -> str:
+    """A colour class per profile family; a 1g spanning two memory slices (1g.20gb) gets its own."""
+    match = _PROFILE_RE.match(profile)
+    if not match:
+        return "other"
+    g = int(match["g"])
+    if g == 1 and size >= 2:
+        return "1g2"
+    return f"{g}g" if g in _CANONICAL_SIZE else "other"
+
+
+@dataclass
+class MigBlock:
+    profile: str
+    start: int
+    size: int
+    colour: str
+    x: int
+    width: int
+    uuid: str = ""
+    in_use_by: str = ""
+    memory_gib: float | None = None
+    lines: tuple[str, ...] = ()
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size - 1
+
+    @property
+    def centre(self) -> float:
+        return self.x + self.width / 2
+
+
+@dataclass
+class MigLayout:
+    slices: int
+    blocks: list[MigBlock]
+    free: list[dict]
+    legend: list[dict] = field(default_factory=list)
+
+    @property
+    def width(self) -> int:
+        return self.slices * SLICE_WIDTH
+
+    @property
+    def axis(self) -> list[dict]:
+        return [{"index": i, "x": i * SLICE_WIDTH + SLICE_WIDTH // 2} for i in range(self.slices)]
+
+    @property
+    def summary(self) -> str:
+        parts = [f"{b.profile} on slices {b.start}–{b.end}" for b in self.blocks]
+        free = len(self.free)
+        parts.append(f"{free} free slice{'s' if free != 1 else ''}" if free else "no free slices")
+        return f"MIG layout over {self.slices} memory slices: " + "; ".join(parts)
+
+
+def mig_layout(gpu: Gpu, mig_devices) -> MigLayout:
+    """Geometry of the MIG drawing: one block per device over its memory slices, free slices listed for hatching."""
+    devices = sorted(mig_devices, key=lambda d: d.start)
+    slices = max([memory_slices(gpu.product), *(d.start + d.size for d in devices)])
+    used = set()
+    blocks = []
+    for device in devices:
+        used.update(range(device.start, device.start + device.size))
+        match = _PROFILE_RE.match(device.profile)
+        if match and device.size < 3:
+            lines = (f"{match['g']}g", match["rest"])
+        else:
+            lines = (device.profile,)
+        blocks.append(
+            MigBlock(
+                profile=device.profile,
+                start=device.start,
+                size=device.size,
+                colour=profile_colour(device.profile, device.size),
+                x=device.start * SLICE_WIDTH,
+                width=device.size * SLICE_WIDTH,
+                uuid=device.uuid,
+                in_use_by=device.in_use_by,
+                memory_gib=getattr(device, "memory_gib", None),
+                lines=lines,
+            )
+        )
+    free = [{"index": i, "x": i * SLICE_WIDTH} for i in range(slices) if i not in used]
+    legend: dict[str, dict] = {}
+    for block in blocks:
+        entry = legend.setdefault(block.profile, {"profile": block.profile, "colour": block.colour, "count": 0})
+        entry["count"] += 1
+    return MigLayout(slices=slices, blocks=blocks, free=free, legend=list(legend.values()))

@@ -1,0 +1,15 @@
+"""Celery tasks of the fleet app: thin, idempotent, taking ids."""
+
+from celery import shared_task
+
+from fleet import services
+from fleet.models import NodePool
+
+
+@shared_task(soft_time_limit=60, time_limit=90)
+def pool_apply_selector(pool_id: int) -> int:
+    """Re-evaluate a selector pool's members; a no-op for a deleted pool or one without a selector."""
+    pool = NodePool.objects.filter(pk=pool_id).select_related("cluster").first()
+    if pool is None or not pool.node_selector:
+        return 0
+    return services.pool_apply_selector(pool=pool)

@@ -1,0 +1,140 @@
+"""The simulated hardware: nodes and their GPUs, generated deterministically from a seed.
+
+Node i depends only on (seed, i), so a fleet of 10 nodes is the first 10 nodes of a fleet of 10,000.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import uuid
+from dataclasses import dataclass, field
+
+from sharing.mig import GpuProduct, get_product
+
+# Share of nodes by (product, GPUs per node): mostly 8-GPU H100 / A100 servers, a tail of smaller parts.
+PRODUCT_MIX: tuple[tuple[str, int, float], ...] = (
+    ("NVIDIA-H100-80GB-HBM3", 8, 0.40),
+    ("NVIDIA-A100-SXM4-80GB", 8, 0.25),
+    ("NVIDIA-A100-SXM4-40GB", 8, 0.04),
+    ("NVIDIA-A30", 4, 0.08),
+    ("NVIDIA-L4", 4, 0.09),
+    ("Tesla-T4", 4, 0.07),
+    ("NVIDIA-H200", 8, 0.04),
+    ("NVIDIA-B200", 8, 0.03),
+)
+
+# PCI bus numbers of GPUs in common 8- and 4-GPU servers (DGX-style / 4-slot PCIe).
+_BUSES = {8: (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB), 4: (0x17, 0x65, 0xCA, 0xE3)}
+# Driver branches in use, with the CUDA version each reports; Blackwell needs R570 (contracts §4).
+_DRIVERS = (("550.127.05", "12.4"), ("535.216.01", "12.2"), ("570.133.20", "12.8"))
+_INSTANCE_TYPES = {8: "gpu-8x", 4: "gpu-4x"}
+ZONES = ("zone-a", "zone-b", "zone-c")
+
+
+def stable_uuid(*parts: object) -> str:
+    """A UUID4-shaped identifier that depends only on its inputs (GPU and MIG device UUIDs)."""
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=4))
+
+
+@dataclass
+class MigDevice:
+    """One MIG device (GPU instance with a full-size compute instance) as mig-parted creates it."""
+
+    profile: str
+    start: int
+    size: int
+    gi_id: int
+    uuid: str
+
+
+@dataclass
+class Gpu:
+    index: int
+    uuid: str
+    pci_bus_id: str
+    product: GpuProduct
+    mig_enabled: bool = False
+    mig_devices: list[MigDevice] = field(default_factory=list)
+    xid: int = 0  # last XID error (dcgm-exporter DCGM_FI_DEV_XID_ERRORS)
+    ecc_dbe: int = 0
+    ecc_sbe: int = 0
+
+
+@dataclass
+class SimNode:
+    """A GPU server: hardware plus what its Kubernetes node reports about itself."""
+
+    index: int
+    name: str
+    product: GpuProduct
+    gpus: list[Gpu]
+    cpu: int
+    memory_gib: int
+    internal_ip: str
+    zone: str
+    driver_version: str
+    cuda_version: str
+    ready: bool = True
+    cordoned: bool = False
+    initial_mig_config: str | None = None  # what the node's mig.config label names at start (MIG-capable only)
+    initial_plugin_config: str | None = None  # nvidia.com/device-plugin.config at start
+    mig_applies: int = 0  # how many reconfigurations ran; part of MIG device UUIDs (they change on re-create)
+
+
+def _pick_product(rng: random.Random) -> tuple[str, int]:
+    point, total = rng.random(), 0.0
+    for name, count, share in PRODUCT_MIX:
+        total += share
+        if point < total:
+            return name, count
+    return PRODUCT_MIX[0][0], PRODUCT_MIX[0][1]
+
+
+def generate_node(seed: int, index: int) -> SimNode:
+    rng = random.Random(f"{seed}:node:{index}")
+    product_name, gpu_count = _pick_product(rng)
+    product = get_product(product_name)
+    name = f"gpu-node-{index + 1:04d}"
+    gpus = [
+        Gpu(i, "GPU-" + stable_uuid(seed, name, i), f"00000000:{bus:02X}:00.0", product)
+        for i, bus in enumerate(_BUSES[gpu_count])
+    ]
+    if rng.random() < 0.006:  # a few GPUs in trouble: fell off the bus, or double-bit ECC errors
+        sick = rng.choice(gpus)
+        if rng.random() < 0.5:
+            sick.xid = 79
+        else:
+            sick.xid, sick.ecc_dbe, sick.ecc_sbe = 48, rng.randint(1, 4), rng.randint(10, 500)
+    driver, cuda = _DRIVERS[2] if product.architecture == "blackwell" else rng.choice(_DRIVERS)
+    big = gpu_count == 8
+    host, subnet = (index + 1) % 250 + 2, (index + 1) // 250
+    mig_config = plugin_config = None
+    if product.mig_capable:
+        # Some MIG-capable nodes already run MIG; the operator labels the others all-disabled (contracts §1.1).
+        draw = rng.random()
+        smallest = min(product.profiles, key=lambda p: (p.memory_slices, p.media_extensions, -p.max_count))
+        mig_config = "all-balanced" if draw < 0.15 else f"all-{smallest.name}" if draw < 0.25 else "all-disabled"
+    elif rng.random() < 0.4:
+        plugin_config = "time-sliced-4"
+    return SimNode(
+        index=index,
+        name=name,
+        product=product,
+        gpus=gpus,
+        cpu=224 if big else 64,
+        memory_gib=2048 if big else 512,
+        internal_ip=f"10.{subnet // 256 % 256}.{subnet % 256}.{host}",
+        zone=ZONES[index % len(ZONES)],
+        driver_version=driver,
+        cuda_version=cuda,
+        ready=rng.random() >= 0.01,
+        cordoned=rng.random() < 0.02,
+        initial_mig_config=mig_config,
+        initial_plugin_config=plugin_config,
+    )
+
+
+def instance_type(node: SimNode) -> str:
+    return f"{_INSTANCE_TYPES[len(node.gpus)]}-{node.product.name.lower()}"

@@ -1,0 +1,153 @@
+"""The resource types the emulated API serves, and the discovery documents kubectl builds its REST mapper from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+_READ = ("get", "list", "watch")
+_WRITE = ("create", "delete", "patch", "update")
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    plural: str
+    singular: str
+    kind: str
+    group: str
+    version: str
+    namespaced: bool
+    verbs: tuple[str, ...]
+    short_names: tuple[str, ...] = ()
+    field_selectors: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    def discovery(self) -> dict:
+        entry = {
+            "name": self.plural,
+            "singularName": self.singular,
+            "namespaced": self.namespaced,
+            "kind": self.kind,
+            "verbs": list(self.verbs),
+        }
+        if self.short_names:
+            entry["shortNames"] = list(self.short_names)
+        return entry
+
+
+_META_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
+
+NODES = ResourceType(
+    "nodes",
+    "node",
+    "Node",
+    "",
+    "v1",
+    False,
+    _READ + _WRITE,
+    ("no",),
+    frozenset({"metadata.name", "spec.unschedulable"}),
+)
+PODS = ResourceType(
+    "pods",
+    "pod",
+    "Pod",
+    "",
+    "v1",
+    True,
+    ("delete", "get", "list", "watch"),
+    ("po",),
+    _META_FIELDS | {"spec.nodeName", "status.phase", "spec.schedulerName", "spec.serviceAccountName", "spec.restartPolicy"},
+)
+CONFIGMAPS = ResourceType("configmaps", "configmap", "ConfigMap", "", "v1", True, _READ + _WRITE, ("cm",), _META_FIELDS)
+NAMESPACES = ResourceType("namespaces", "namespace", "Namespace", "", "v1", False, _READ, ("ns",), _META_FIELDS)
+EVENTS = ResourceType(
+    "events",
+    "event",
+    "Event",
+    "",
+    "v1",
+    True,
+    _READ,
+    ("ev",),
+    _META_FIELDS
+    | {
+        "involvedObject.kind",
+        "involvedObject.name",
+        "involvedObject.namespace",
+        "involvedObject.uid",
+        "reason",
+        "type",
+        "source",
+    },
+)
+DAEMONSETS = ResourceType("daemonsets", "daemonset", "DaemonSet", "apps", "v1", True, _READ, ("ds",), _META_FIELDS)
+CLUSTER_POLICIES = ResourceType(
+    "clusterpolicies", "clusterpolicy", "ClusterPolicy", "nvidia.com", "v1", False, _READ + ("patch", "update"), ()
+)
+
+ALL = (NODES, PODS, CONFIGMAPS, NAMESPACES, EVENTS, DAEMONSETS, CLUSTER_POLICIES)
+BY_GROUP_VERSION: dict[tuple[str, str], dict[str, ResourceType]] = {}
+for _resource in ALL:
+    BY_GROUP_VERSION.setdefault((_resource.group, _resource.version), {})[_resource.plural] = _resource
+
+# Served subresources; without `pods/eviction` in policy/v1, `kubectl drain` silently deletes instead of evicting.
+_SUBRESOURCES = {
+    ("", "v1"): [
+        {
+            "name": "pods/eviction",
+            "singularName": "",
+            "namespaced": True,
+            "group": "policy",
+            "version": "v1",
+            "kind": "Eviction",
+            "verbs": ["create"],
+        },
+        {"name": "nodes/proxy", "singularName": "", "namespaced": False, "kind": "NodeProxyOptions", "verbs": ["get"]},
+    ]
+}
+GROUPS = (("apps", "v1"), ("policy", "v1"), ("nvidia.com", "v1"))
+
+
+def api_versions() -> dict:
+    return {
+        "kind": "APIVersions",
+        "apiVersion": "v1",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:6443"}],
+    }
+
+
+def _group(name: str, version: str) -> dict:
+    gv = {"groupVersion": f"{name}/{version}", "version": version}
+    return {"name": name, "versions": [gv], "preferredVersion": gv}
+
+
+def api_group_list() -> dict:
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group(name, version) for name, version in GROUPS]}
+
+
+def api_group(name: str) -> dict | None:
+    for group, version in GROUPS:
+        if group == name:
+            return {"kind": "APIGroup", "apiVersion": "v1", **_group(group, version)}
+    return None
+
+
+def api_resource_list(group: str, version: str) -> dict | None:
+    if (group, version) not in GROUPS and (group, version) != ("", "v1"):
+        return None
+    resources = [r.discovery() for r in BY_GROUP_VERSION.get((group, version), {}).values()]
+    resources += _SUBRESOURCES.get((group, version), [])
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": resources,
+    }
