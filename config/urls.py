@@ -9,6 +9,7 @@ from core import views as core_views
 api_v1 = [
     path("", include("core.api.urls")),
     path("", include("fleet.api.urls")),
+    path("", include("sharing.api.urls")),
 ]
 
 urlpatterns = [

@@ -137,7 +137,9 @@ class GpuFilterSet(django_filters.FilterSet):
     mig_capable = django_filters.BooleanFilter()
     mig_enabled = django_filters.BooleanFilter()
     health = django_filters.ChoiceFilter(choices=GpuHealth.choices)
-    mode = django_filters.ChoiceFilter(field_name="node__observed_mode", choices=SharingMode.choices, label="Sharing mode")
+    mode = django_filters.ChoiceFilter(
+        field_name="node__observed_mode", choices=SharingMode.choices, label="Sharing mode"
+    )
     config_state = django_filters.ChoiceFilter(field_name="node__config_state", choices=ConfigState.choices)
     ready = django_filters.BooleanFilter(field_name="node__ready")
     stale = django_filters.BooleanFilter(method="filter_stale", label="Node stale")

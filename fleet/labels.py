@@ -52,7 +52,9 @@ def parse_selector(selector: str) -> tuple[Requirement, ...]:
             values = frozenset(v.strip() for v in m.group(4).split(",") if v.strip())
             requirements.append(Requirement(m.group(1), m.group(3), values))
         elif m := _EQ_RE.match(term):
-            requirements.append(Requirement(m.group(1), "notin" if m.group(3) == "!=" else "in", frozenset([m.group(4)])))
+            requirements.append(
+                Requirement(m.group(1), "notin" if m.group(3) == "!=" else "in", frozenset([m.group(4)]))
+            )
         elif m := _EXISTS_RE.match(term):
             requirements.append(Requirement(m.group(2), "!exists" if m.group(1) else "exists"))
         else:

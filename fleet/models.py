@@ -193,11 +193,37 @@ class MigDevice(models.Model):
         ordering = ["gpu", "start"]
         constraints = [
             models.UniqueConstraint(fields=["gpu", "start"], name="%(app_label)s_%(class)s_unique_start_per_gpu"),
-            models.UniqueConstraint(
-                fields=["uuid"], condition=~Q(uuid=""), name="%(app_label)s_%(class)s_unique_uuid"
-            ),
+            models.UniqueConstraint(fields=["uuid"], condition=~Q(uuid=""), name="%(app_label)s_%(class)s_unique_uuid"),
             models.CheckConstraint(condition=Q(size__gte=1, size__lte=8), name="%(app_label)s_%(class)s_size_in_range"),
         ]
 
     def __str__(self):
         return f"{self.gpu}/{self.profile}@{self.start}"
+
+
+class Pod(models.Model):
+    """A workload pod holding GPU resources on a node, as last observed; drives busy checks, drains and impact."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="pods")
+    namespace = models.CharField(max_length=253)
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64)
+    phase = models.CharField(max_length=20, blank=True)
+    qos_class = models.CharField(max_length=20, blank=True)
+    priority_class = models.CharField(max_length=253, blank=True)
+    owner_kind = models.CharField(max_length=63, blank=True)
+    owner_name = models.CharField(max_length=253, blank=True)
+    gpu_resources = models.JSONField(
+        default=dict, blank=True, help_text="GPU resources it holds, e.g. {'nvidia.com/gpu': 1}."
+    )
+    spec = models.JSONField(
+        default=dict, blank=True, help_text="Container requests/limits, tolerations: for QoS rules."
+    )
+    observed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["namespace", "name"]
+        constraints = [models.UniqueConstraint(fields=["uid"], name="%(app_label)s_%(class)s_unique_uid")]
+
+    def __str__(self):
+        return f"{self.namespace}/{self.name}"

@@ -64,3 +64,19 @@ class GpuMetrics:
     last_xid: int | None = None
     ecc_dbe_total: int | None = None
     ecc_sbe_total: int | None = None
+
+
+@dataclass(frozen=True)
+class PodObservation:
+    """A pod on a node that holds GPU resources (the only pods Tessera tracks)."""
+
+    namespace: str
+    name: str
+    uid: str
+    phase: str = ""
+    qos_class: str = ""
+    priority_class: str = ""
+    owner_kind: str = ""
+    owner_name: str = ""
+    gpu_resources: dict = field(default_factory=dict)
+    spec: dict = field(default_factory=dict)

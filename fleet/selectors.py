@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Avg, Count, F, FloatField, Max, Prefetch, Q, QuerySet
+from django.db.models import Avg, BooleanField, Count, ExpressionWrapper, F, FloatField, Max, Prefetch, Q, QuerySet
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -101,6 +101,8 @@ def fleet_overview(*, now=None) -> dict:
     )
     return {
         "now": now,
+        "stale_after_minutes": round(settings.TESSERA["STALE_AFTER_SECONDS"] / 60),
+        "pending_deadline_minutes": round(settings.TESSERA.get("PENDING_DEADLINE_SECONDS", 600) / 60),
         "clusters": Cluster.objects.count(),
         **node_totals,
         **gpu_totals,
@@ -114,28 +116,66 @@ def fleet_overview(*, now=None) -> dict:
 # --- tables ----------------------------------------------------------------------------------------------------
 
 
+NODE_ORDER = ("cluster__name", "name", "pk")
+GPU_ORDER = ("node__cluster__name", "node__name", "index", "pk")
+NOT_FILTERS = frozenset({"page", "ordering"})
+
+
+def is_filtered(params) -> bool:
+    """Whether a list's query string narrows it (paging and ordering do not)."""
+    return any(value for key, value in params.items() if key not in NOT_FILTERS)
+
+
+def _node_flags(now=None):
+    """`is_stale` and `is_stuck` per node, computed in the database."""
+    now = now or timezone.now()
+    stale = Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=stale_cutoff(now))
+    stuck = Q(config_state__in=IN_PROGRESS_STATES, config_state_since__lt=pending_deadline(now))
+    return {
+        "is_stale": ExpressionWrapper(stale, output_field=BooleanField()),
+        "is_stuck": ExpressionWrapper(stuck, output_field=BooleanField()),
+    }
+
+
 def node_filter_base() -> QuerySet[Node]:
-    """What the node filters narrow down: the nodes that still exist."""
-    return Node.objects.live()
+    """What NodeFilterSet narrows down; it leaves out gone nodes itself unless asked for them."""
+    return Node.objects.all()
+
+
+def node_filter_choices() -> dict:
+    """Options of the node filter controls; each list is one small query, evaluated when the form renders."""
+    return {
+        "clusters": Cluster.objects.only("pk", "name"),
+        "pools": NodePool.objects.select_related("cluster").only("pk", "name", "cluster__name"),
+        "products": Gpu.objects.live().order_by("product").values_list("product", flat=True).distinct(),
+        "modes": SharingMode.choices,
+        "config_states": ConfigState.choices,
+    }
 
 
 def node_rows(filtered: QuerySet[Node]) -> QuerySet[Node]:
     """Rows of the node table: the filtered nodes with their neighbours and GPU summary, ready to paginate.
 
-    The filter is applied as a subquery so that joins it made through GPUs cannot multiply the GPU counts.
+    The filter is applied as a subquery so that joins it made through GPUs cannot multiply the GPU counts;
+    the filter's ordering (a sortable column) carries over.
     """
     return (
         Node.objects.filter(pk__in=filtered.values("pk"))
         .select_related("cluster", "pool")
         .with_gpu_summary()
-        .annotate(metrics_at=Max("gpus__metrics_at", filter=Q(gpus__gone_at__isnull=True)))
-        .order_by("cluster__name", "name")
+        .annotate(metrics_at=Max("gpus__metrics_at", filter=Q(gpus__gone_at__isnull=True)), **_node_flags())
+        .order_by(*(filtered.query.order_by or NODE_ORDER))
     )
 
 
 def gpu_filter_base() -> QuerySet[Gpu]:
-    """What the GPU filters narrow down: GPUs that still exist, on nodes that still exist."""
-    return Gpu.objects.live().filter(node__gone_at__isnull=True)
+    """What GpuFilterSet narrows down: GPUs on nodes that still exist (it leaves out gone GPUs itself)."""
+    return Gpu.objects.filter(node__gone_at__isnull=True)
+
+
+def gpu_filter_choices() -> dict:
+    """Options of the GPU filter controls."""
+    return {**node_filter_choices(), "healths": GpuHealth.choices}
 
 
 def gpu_rows(filtered: QuerySet[Gpu]) -> QuerySet[Gpu]:
@@ -148,7 +188,7 @@ def gpu_rows(filtered: QuerySet[Gpu]) -> QuerySet[Gpu]:
             memory_used_gib=_gib("memory_used_mib"),
             mig_device_count=Count("mig_devices"),
         )
-        .order_by("node__cluster__name", "node__name", "index")
+        .order_by(*(filtered.query.order_by or GPU_ORDER))
     )
 
 
@@ -221,7 +261,7 @@ def gpu_summary(gpus: QuerySet[Gpu]) -> dict:
 
 def node_detail_queryset() -> QuerySet[Node]:
     """Nodes (including gone ones, whose page still explains what happened) with cluster and pool joined."""
-    return Node.objects.select_related("cluster", "pool")
+    return Node.objects.select_related("cluster", "pool").annotate(**_node_flags())
 
 
 def _mig_devices_prefetch() -> Prefetch:
@@ -294,6 +334,8 @@ class MigBlock:
     uuid: str = ""
     in_use_by: str = ""
     memory_gib: float | None = None
+    gi: int | None = None
+    ci: int | None = None
     lines: tuple[str, ...] = ()
 
     @property
@@ -352,6 +394,8 @@ def mig_layout(gpu: Gpu, mig_devices) -> MigLayout:
                 uuid=device.uuid,
                 in_use_by=device.in_use_by,
                 memory_gib=getattr(device, "memory_gib", None),
+                gi=device.gpu_instance_id,
+                ci=device.compute_instance_id,
                 lines=lines,
             )
         )

@@ -4,13 +4,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import astuple, dataclass, fields
 
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from core.exceptions import ApplicationError
 from fleet.labels import parse_selector, selector_matches
-from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
-from fleet.observations import GpuMetrics, MigDeviceObservation, NodeObservation
+from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool, Pod
+from fleet.observations import GpuMetrics, MigDeviceObservation, NodeObservation, PodObservation
 
 CHUNK = 900  # stays below SQLite's bound-parameter limit with room for other parameters
 
@@ -55,7 +54,15 @@ def _chunks(items: Sequence, size: int = CHUNK):
 # --- clusters and pools ------------------------------------------------------------------------------------------
 
 
-CLUSTER_EDITABLE = ("name", "description", "driver", "kubeconfig_path", "in_cluster", "operator_namespace", "metrics_url")
+CLUSTER_EDITABLE = (
+    "name",
+    "description",
+    "driver",
+    "kubeconfig_path",
+    "in_cluster",
+    "operator_namespace",
+    "metrics_url",
+)
 POOL_EDITABLE = ("name", "description", "node_selector")
 
 
@@ -379,3 +386,35 @@ def gpu_metrics_record(*, samples: Sequence[GpuMetrics], now=None) -> int:
         batch_size=500,
     )
     return len(gpus)
+
+
+POD_FIELDS = ("namespace", "name", "phase", "qos_class", "priority_class", "owner_kind", "owner_name",
+              "gpu_resources", "spec")  # fmt: skip
+
+
+@transaction.atomic
+def pods_record(*, cluster: Cluster, pods_by_node: dict[str, Sequence[PodObservation]], now=None) -> int:
+    """Replace the observed GPU pods of the given nodes (idempotent; unchanged pods are not rewritten)."""
+    now = now or timezone.now()
+    node_ids = dict(Node.objects.filter(cluster=cluster, name__in=list(pods_by_node)).values_list("name", "pk"))
+    stored = {p.uid: p for p in Pod.objects.filter(node_id__in=list(node_ids.values()))}
+    keep, to_create, to_update = set(), [], []
+    for node_name, pods in pods_by_node.items():
+        node_id = node_ids.get(node_name)
+        if node_id is None:
+            continue
+        for obs in pods:
+            keep.add(obs.uid)
+            values = {f: getattr(obs, f) for f in POD_FIELDS}
+            pod = stored.get(obs.uid)
+            if pod is None:
+                to_create.append(Pod(node_id=node_id, uid=obs.uid, observed_at=now, **values))
+            elif pod.node_id != node_id or any(getattr(pod, f) != v for f, v in values.items()):
+                for f, v in values.items():
+                    setattr(pod, f, v)
+                pod.node_id, pod.observed_at = node_id, now
+                to_update.append(pod)
+    Pod.objects.filter(pk__in=[p.pk for uid, p in stored.items() if uid not in keep]).delete()
+    Pod.objects.bulk_update(to_update, [*POD_FIELDS, "node", "observed_at"], batch_size=500)
+    Pod.objects.bulk_create(to_create, batch_size=500)
+    return len(to_create) + len(to_update)

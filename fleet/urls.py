@@ -1,4 +1,18 @@
 from django.urls import path
 
+from fleet import views
+
 app_name = "fleet"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("overview/stats/", views.overview_stats, name="overview_stats"),
+    path("clusters/", views.cluster_list, name="cluster_list"),
+    path("clusters/<int:pk>/", views.cluster_detail, name="cluster_detail"),
+    path("pools/", views.pool_list, name="pool_list"),
+    path("pools/<int:pk>/", views.pool_detail, name="pool_detail"),
+    path("nodes/", views.node_list, name="node_list"),
+    path("nodes/<int:pk>/", views.node_detail, name="node_detail"),
+    path("nodes/<int:pk>/state/", views.node_state, name="node_state"),
+    path("gpus/", views.gpu_list, name="gpu_list"),
+    path("gpus/<int:pk>/", views.gpu_detail, name="gpu_detail"),
+]

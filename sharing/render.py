@@ -196,7 +196,7 @@ class DevicePluginSpec:
         if self.sharing == "mps":
             # §3.3: the plugin rejects MPS with migStrategy mixed and does not share MIG devices with MPS.
             if self.mig_strategy == "mixed" or self.resources != (GPU_RESOURCE,):
-                raise ValueError("MPS cannot be combined with MIG: use migStrategy none and nvidia.com/gpu")
+                raise ValueError("MPS cannot be combined with MIG: no migStrategy mixed, only nvidia.com/gpu")
             if self.replicas > MPS_MAX_REPLICAS:
                 raise ValueError(f"MPS allows at most {MPS_MAX_REPLICAS} replicas per GPU, not {self.replicas}")
 

@@ -54,7 +54,9 @@ class ApiError(Exception):
 
     @classmethod
     def method_not_allowed(cls, method: str, path: str) -> ApiError:
-        return cls(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource: {method} {path}")
+        return cls(
+            405, "MethodNotAllowed", f"the server does not allow this method on the requested resource: {method} {path}"
+        )
 
     @classmethod
     def already_exists(cls, plural: str, name: str, group: str = "") -> ApiError:
@@ -97,7 +99,9 @@ class ApiError(Exception):
     def injected(cls, code: int) -> ApiError:
         """A fault drawn by the fault knobs: the shape a real server or its proxy gives for that code."""
         if code == 429:
-            return cls.too_many_requests("the server has received too many requests and has asked us to try again later")
+            return cls.too_many_requests(
+                "the server has received too many requests and has asked us to try again later"
+            )
         if code == 409:
             return cls(409, "Conflict", "Operation cannot be fulfilled: the object has been modified (injected fault)")
         if code == 503:

@@ -1,4 +1,4 @@
-"""What GPU Feature Discovery labels and what the device plugin advertises, from a node's GPUs (contracts §3.5, §3.6)."""
+"""What GPU Feature Discovery labels and the device plugin advertises, from a node's GPUs (contracts §3.5, §3.6)."""
 
 from __future__ import annotations
 

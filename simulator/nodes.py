@@ -94,7 +94,10 @@ def node_object(node: SimNode, now: datetime) -> dict:
             "capacity": base,
             "allocatable": allocatable,
             "conditions": conditions(node.ready, created),
-            "addresses": [{"type": "InternalIP", "address": node.internal_ip}, {"type": "Hostname", "address": node.name}],
+            "addresses": [
+                {"type": "InternalIP", "address": node.internal_ip},
+                {"type": "Hostname", "address": node.name},
+            ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
             "nodeInfo": {
                 "machineID": node.gpus[0].uuid[4:].replace("-", ""),

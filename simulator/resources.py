@@ -50,7 +50,7 @@ NODES = ResourceType(
     "",
     "v1",
     False,
-    _READ + _WRITE,
+    _READ + ("patch", "update"),
     ("no",),
     frozenset({"metadata.name", "spec.unschedulable"}),
 )
@@ -63,7 +63,8 @@ PODS = ResourceType(
     True,
     ("delete", "get", "list", "watch"),
     ("po",),
-    _META_FIELDS | {"spec.nodeName", "status.phase", "spec.schedulerName", "spec.serviceAccountName", "spec.restartPolicy"},
+    _META_FIELDS
+    | {"spec.nodeName", "status.phase", "spec.schedulerName", "spec.serviceAccountName", "spec.restartPolicy"},
 )
 CONFIGMAPS = ResourceType("configmaps", "configmap", "ConfigMap", "", "v1", True, _READ + _WRITE, ("cm",), _META_FIELDS)
 NAMESPACES = ResourceType("namespaces", "namespace", "Namespace", "", "v1", False, _READ, ("ns",), _META_FIELDS)

@@ -123,10 +123,6 @@ def build_matcher(
         obj_labels = obj["metadata"].get("labels") or {}
         if not all(req.matches(obj_labels) for req in labels):
             return False
-        for path, op, value in fields:
-            if (_field_value(obj, path) == value) != (op == "="):
-                return False
-        return True
+        return all((_field_value(obj, path) == value) == (op == "=") for path, op, value in fields)
 
     return matches
-

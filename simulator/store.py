@@ -190,16 +190,16 @@ class Store:
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = meta["generateName"] + "".join(self._uids.choices("bcdfghjklmnpqrstvwxz2456789", k=5))
             if not meta.get("name"):
-                raise ApiError.invalid(resource.plural, "", "metadata.name: Required value: name or generateName is required")
+                raise ApiError.invalid(
+                    resource.plural, "", "metadata.name: Required value: name or generateName is required"
+                )
             key = self._key(resource, obj)
             if key in self._objects.get(resource.plural, {}):
                 raise ApiError.already_exists(resource.plural, meta["name"], resource.group)
             meta.pop("resourceVersion", None)
             return self._commit(resource, key, None, obj)
 
-    def replace(
-        self, resource: ResourceType, namespace: str, name: str, obj: dict, keep: tuple[str, ...] = ()
-    ) -> dict:
+    def replace(self, resource: ResourceType, namespace: str, name: str, obj: dict, keep: tuple[str, ...] = ()) -> dict:
         """PUT: unconditional without a resourceVersion, 409 when it is stale; `keep` fields are not writable."""
         with self._lock:
             current = self.get(resource, namespace, name).obj
@@ -208,7 +208,9 @@ class Store:
             if wanted and wanted != current["metadata"]["resourceVersion"]:
                 raise ApiError.conflict(resource.plural, name, resource.group)
             if meta.get("name", name) != name:
-                raise ApiError.bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL")
+                raise ApiError.bad_request(
+                    f"the name of the object ({meta['name']}) does not match the name on the URL"
+                )
             _keep(current, obj, keep)
             return self._commit(resource, (namespace, name), current, obj)
 

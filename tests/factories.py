@@ -5,16 +5,17 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
-from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
+from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool, Pod
 
 
 class UserFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = get_user_model()
         django_get_or_create = ("username",)
+        skip_postgeneration_save = True
 
     username = factory.Sequence(lambda n: f"user{n}")
-    password = factory.PostGenerationMethodCall("set_password", "pw-for-tests-1")
+    password = factory.django.Password("pw-for-tests-1")
 
     @factory.post_generation
     def role(self, create, extracted, **kwargs):
@@ -79,3 +80,17 @@ class MigDeviceFactory(factory.django.DjangoModelFactory):
     start = factory.Sequence(lambda n: n % 7)
     size = 1
     memory_mib = 9984
+
+
+class PodFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Pod
+
+    node = factory.SubFactory(NodeFactory)
+    namespace = "ml-serving"
+    name = factory.Sequence(lambda n: f"pod-{n}")
+    uid = factory.Sequence(lambda n: f"uid-{n:08d}")
+    phase = "Running"
+    qos_class = "Guaranteed"
+    gpu_resources = factory.LazyFunction(lambda: {"nvidia.com/gpu": 1})
+    observed_at = factory.LazyFunction(timezone.now)

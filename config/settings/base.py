@@ -135,6 +135,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Tags and operation ids from the resource (`gpus`, `gpus_list`), not from the version prefix.
+    "SCHEMA_PATH_PREFIX": r"/api/v[0-9]+",
 }
 
 # Celery: the embedded default needs no broker server (kombu's filesystem transport, see stack-notes).

@@ -1,10 +1,11 @@
 """One error shape for every API error: {"message": "...", "errors": {"field": ["..."]}}."""
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from core.exceptions import ApplicationError
@@ -34,8 +35,10 @@ def exception_handler(exc, context):
     if isinstance(exc, ApplicationError):
         return Response({"message": exc.message, "errors": exc.errors}, status=exc.status)
     if isinstance(exc, DjangoValidationError):
-        detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
-        exc = exceptions.ValidationError(detail)
+        detail = exc.message_dict if hasattr(exc, "error_dict") else {NON_FIELD_ERRORS: exc.messages}
+        # Errors of the whole model (a constraint over several fields) go under DRF's key: one name for clients.
+        non_field = api_settings.NON_FIELD_ERRORS_KEY
+        exc = exceptions.ValidationError({non_field if f == NON_FIELD_ERRORS else f: m for f, m in detail.items()})
     elif isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):

@@ -94,7 +94,7 @@ def _unknown_profile(product: GpuProduct, name: object) -> str:
         same_shape = [
             (abs(int(other["mem"]) - int(match["mem"])), int(other["mem"]), other.string)
             for other in map(PROFILE_NAME_RE.match, names)
-            if other["g"] == match["g"] and other["attr"] == match["attr"] and other["ci"] == match["ci"]
+            if other and (other["g"], other["attr"], other["ci"]) == (match["g"], match["attr"], match["ci"])
         ]
         suggestion = min(same_shape)[2] if same_shape else None
     if suggestion is None:

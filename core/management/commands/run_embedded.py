@@ -38,12 +38,37 @@ class Command(BaseCommand):
 
         python = sys.executable
         bindir = os.path.dirname(python)
-        env = {**os.environ, "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings.local")}
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings.local"),
+        }
         commands = {
-            "web": [os.path.join(bindir, "gunicorn"), "config.wsgi", "--bind", f"{host}:{port}", "--workers", "2",
-                    "--threads", "4", "--access-logfile", "-", "--log-level", "warning"],
-            "worker": [os.path.join(bindir, "celery"), "-A", "config", "worker", "-l", "INFO", "--concurrency", "2",
-                       "-n", "tessera-worker@%h"],
+            "web": [
+                os.path.join(bindir, "gunicorn"),
+                "config.wsgi",
+                "--bind",
+                f"{host}:{port}",
+                "--workers",
+                "2",
+                "--threads",
+                "4",
+                "--access-logfile",
+                "-",
+                "--log-level",
+                "warning",
+            ],
+            "worker": [
+                os.path.join(bindir, "celery"),
+                "-A",
+                "config",
+                "worker",
+                "-l",
+                "INFO",
+                "--concurrency",
+                "2",
+                "-n",
+                "tessera-worker@%h",
+            ],
             "beat": [os.path.join(bindir, "celery"), "-A", "config", "beat", "-l", "INFO"],
         }
         children = {name: subprocess.Popen(cmd, env=env, start_new_session=True) for name, cmd in commands.items()}

@@ -1,0 +1,21 @@
+from django.contrib import admin
+
+from core.models import AuditEvent
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    """Read-only: the audit log is append-only, for support as well."""
+
+    list_display = ("at", "actor_label", "actor_kind", "action", "object_type", "object_repr")
+    list_filter = ("actor_kind", "action", "object_type")
+    search_fields = ("actor_label", "object_repr", "message")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -1,0 +1,33 @@
+"""Cross-cutting records: the append-only audit log of every desired-state change and rollout transition."""
+
+from django.conf import settings
+from django.db import models
+
+
+class AuditEvent(models.Model):
+    """Who changed what, from what to what, and when. Append-only: never updated or deleted by Tessera."""
+
+    class ActorKind(models.TextChoices):
+        USER = "user", "User"
+        TOKEN = "token", "API token"
+        SCHEDULE = "schedule", "Schedule"
+        SYSTEM = "system", "Tessera"
+
+    at = models.DateTimeField(db_index=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    actor_kind = models.CharField(max_length=10, choices=ActorKind.choices)
+    actor_label = models.CharField(max_length=200, help_text="Username, schedule name or component, kept if deleted.")
+    action = models.CharField(max_length=100, db_index=True, help_text="e.g. profile.create, pool.set_profile")
+    object_type = models.CharField(max_length=50, db_index=True)
+    object_id = models.CharField(max_length=64, db_index=True)
+    object_repr = models.CharField(max_length=300)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-at", "-pk"]
+        indexes = [models.Index(fields=["object_type", "object_id", "-at"])]
+
+    def __str__(self):
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_label} {self.action} {self.object_repr}"

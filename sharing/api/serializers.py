@@ -1,0 +1,206 @@
+"""Sharing objects as JSON; input is shaped here and judged by the services (one place for NVIDIA's rules)."""
+
+from rest_framework import serializers
+
+from core.api.fields import RefField, ref_to
+from fleet.models import Node, NodePool
+from sharing.mig import PRODUCTS, parse_layout
+from sharing.models import NodePin, SharingProfile
+
+
+class LayoutField(serializers.Field):
+    """A MIG layout as {"1g.10gb": 7}, the admin notation "1g.10gb x7", or null for MIG off."""
+
+    def to_internal_value(self, data):
+        if data is None:
+            return None
+        if isinstance(data, str):
+            try:
+                return parse_layout(data)
+            except ValueError as exc:
+                raise serializers.ValidationError(str(exc)) from exc
+        if not isinstance(data, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in data.items()
+        ):
+            raise serializers.ValidationError('Give a layout as {"<profile>": <count>} or "<profile> x<count> + …".')
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+class SharingProfileSerializer(serializers.ModelSerializer):
+    """A sharing profile; `mig_layouts` keys are "all" or GPU indices."""
+
+    mig_layouts = serializers.DictField(child=LayoutField(allow_null=True), required=False)
+    target_products = serializers.ListField(child=serializers.CharField(), allow_empty=False)
+
+    class Meta:
+        model = SharingProfile
+        fields = [
+            "id",
+            "url",
+            "name",
+            "description",
+            "mode",
+            "target_products",
+            "mig_layouts",
+            "mig_strategy",
+            "replicas",
+            "mps_active_thread_percentage",
+            "mps_pinned_memory_limit_mib",
+            "rename_shared",
+            "fail_requests_greater_than_one",
+            "time_slice_interval",
+            "created_at",
+            "updated_at",
+        ]
+        extra_kwargs = {"url": {"view_name": "sharingprofile-detail"}}
+
+
+class MigValidateSerializer(serializers.Serializer):
+    product = serializers.CharField()
+    devices = serializers.DictField(child=serializers.IntegerField(min_value=0))
+
+    def validate_product(self, value):
+        if value not in PRODUCTS:
+            raise serializers.ValidationError(
+                f"Unknown product {value!r}; known products: {', '.join(sorted(PRODUCTS))}"
+            )
+        return value
+
+
+class PlacementSerializer(serializers.Serializer):
+    profile = serializers.CharField()
+    start = serializers.IntegerField()
+    size = serializers.IntegerField()
+
+
+class MigValidateResultSerializer(serializers.Serializer):
+    valid = serializers.BooleanField()
+    placements = PlacementSerializer(many=True, required=False)
+    compute_slices_used = serializers.IntegerField(required=False)
+    memory_slices_used = serializers.IntegerField(required=False)
+    errors = serializers.ListField(child=serializers.CharField(), required=False)
+
+
+class MigProfileSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    profile_id = serializers.IntegerField()
+    compute_slices = serializers.IntegerField()
+    memory_slices = serializers.IntegerField()
+    memory_mib = serializers.IntegerField()
+    multiprocessors = serializers.IntegerField()
+    max_count = serializers.IntegerField()
+    starts = serializers.ListField(child=serializers.IntegerField())
+    media_extensions = serializers.BooleanField()
+    resource_name = serializers.CharField()
+
+
+class GpuProductSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    display_name = serializers.CharField()
+    memory_mib = serializers.IntegerField()
+    architecture = serializers.CharField()
+    compute_capability = serializers.SerializerMethodField()
+    mig_capable = serializers.BooleanField()
+    compute_slices = serializers.IntegerField()
+    memory_slices = serializers.IntegerField()
+    profiles = MigProfileSerializer(many=True)
+
+    def get_compute_capability(self, product) -> str:
+        return "{}.{}".format(*product.compute_capability)
+
+
+class PreviewRequestSerializer(serializers.Serializer):
+    """Preview on a pool's nodes, or on chosen nodes."""
+
+    pool = serializers.PrimaryKeyRelatedField(queryset=NodePool.objects.all(), required=False)
+    nodes = serializers.PrimaryKeyRelatedField(queryset=Node.objects.all(), many=True, required=False)
+
+    def validate(self, attrs):
+        if bool(attrs.get("pool")) == bool(attrs.get("nodes")):
+            raise serializers.ValidationError("Give either a pool or a list of nodes.")
+        return attrs
+
+
+class PodRefSerializer(serializers.Serializer):
+    namespace = serializers.CharField()
+    name = serializers.CharField()
+    gpu_resources = serializers.DictField(child=serializers.IntegerField())
+
+
+class NodeImpactSerializer(serializers.Serializer):
+    node = serializers.SerializerMethodField()
+    errors = serializers.ListField(child=serializers.CharField())
+    allocatable_before = serializers.DictField(child=serializers.IntegerField())
+    allocatable_after = serializers.DictField(child=serializers.IntegerField())
+    disruption = serializers.CharField()
+    reset_gpus = serializers.ListField(child=serializers.IntegerField())
+    pods_losing = PodRefSerializer(many=True)
+    mig_config = serializers.SerializerMethodField()
+    device_plugin_config = serializers.SerializerMethodField()
+
+    def get_node(self, impact) -> dict:
+        return ref_to(impact.node, "node-detail", self.context.get("request"))
+
+    def get_mig_config(self, impact) -> str | None:
+        return impact.config.mig_config_name if impact.config else None
+
+    def get_device_plugin_config(self, impact) -> str | None:
+        return impact.config.device_plugin_key if impact.config else None
+
+
+class PreviewSummarySerializer(serializers.Serializer):
+    nodes = serializers.IntegerField()
+    changing = serializers.IntegerField()
+    refused = serializers.IntegerField()
+    resetting = serializers.IntegerField()
+    pods_losing = serializers.IntegerField()
+
+
+class PreviewSerializer(serializers.Serializer):
+    summary = PreviewSummarySerializer()
+    nodes = NodeImpactSerializer(many=True)
+
+
+class AssignSerializer(serializers.Serializer):
+    pool = serializers.PrimaryKeyRelatedField(queryset=NodePool.objects.all())
+
+
+class PinRequestSerializer(serializers.Serializer):
+    nodes = serializers.PrimaryKeyRelatedField(queryset=Node.objects.all(), many=True, allow_empty=False)
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=300)
+
+
+class NodePinSerializer(serializers.ModelSerializer):
+    node = RefField("node-detail", read_only=True)
+    profile = RefField("sharingprofile-detail", read_only=True)
+
+    class Meta:
+        model = NodePin
+        fields = ["id", "node", "profile", "reason", "created_at"]
+
+
+class DesiredStateSerializer(serializers.Serializer):
+    """A node's desired profile (and where it comes from) beside what it reports."""
+
+    node = serializers.SerializerMethodField()
+    desired_profile = serializers.SerializerMethodField()
+    source = serializers.CharField()
+    desired_mig_config = serializers.CharField(allow_null=True)
+    desired_device_plugin_config = serializers.CharField(allow_null=True)
+    observed_mode = serializers.CharField()
+    observed_mig_config = serializers.CharField()
+    observed_device_plugin_config = serializers.CharField()
+    config_state = serializers.CharField()
+    in_sync = serializers.BooleanField(allow_null=True)
+    problems = serializers.ListField(child=serializers.CharField())
+
+    def get_node(self, row) -> dict:
+        return ref_to(row.node, "node-detail", self.context.get("request"))
+
+    def get_desired_profile(self, row) -> dict | None:
+        if row.profile is None:
+            return None
+        return ref_to(row.profile, "sharingprofile-detail", self.context.get("request"))

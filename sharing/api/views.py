@@ -1,0 +1,146 @@
+"""Sharing endpoints: profiles (admin), their preview (any role), assignment and pins (operators), the MIG catalog."""
+
+from django.db.models import Prefetch
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.audit import Actor
+from core.roles import Role
+from fleet.filtersets import NodeFilterSet
+from fleet.models import Gpu, Node
+from scheduling.selectors import desired_vs_observed
+from sharing import selectors, services
+from sharing.api import serializers
+from sharing.mig import PRODUCTS, validate_layout
+from sharing.models import NodePin, SharingProfile
+
+
+class SharingProfileViewSet(viewsets.ModelViewSet):
+    """Sharing profiles; NVIDIA's rules are checked by the services, with a message per field."""
+
+    queryset = SharingProfile.objects.all()
+    serializer_class = serializers.SharingProfileSerializer
+    search_fields = ["name", "description"]
+    ordering_fields = ["name", "mode", "updated_at"]
+    filterset_fields = ["mode"]
+    action_roles = {"preview": Role.VIEWER, "assign": Role.OPERATOR, "pin": Role.OPERATOR}
+
+    def perform_create(self, serializer):
+        serializer.instance = services.profile_create(
+            actor=Actor.from_request(self.request), **serializer.validated_data
+        )
+
+    def perform_update(self, serializer):
+        serializer.instance = services.profile_update(
+            actor=Actor.from_request(self.request), profile=serializer.instance, **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance):
+        services.profile_delete(actor=Actor.from_request(self.request), profile=instance)
+
+    @extend_schema(request=serializers.PreviewRequestSerializer, responses=serializers.PreviewSerializer)
+    @action(detail=True, methods=["post"])
+    def preview(self, request, pk=None):
+        """What applying this profile would do, per node: resources before → after, resets, pods that lose a slice."""
+        profile = self.get_object()
+        body = serializers.PreviewRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        pool = body.validated_data.get("pool")
+        nodes = pool.nodes.live() if pool else Node.objects.filter(pk__in=[n.pk for n in body.validated_data["nodes"]])
+        impacts = selectors.profile_preview(profile, nodes)
+        data = {"summary": selectors.preview_summary(impacts), "nodes": impacts}
+        return Response(serializers.PreviewSerializer(data, context=self.get_serializer_context()).data)
+
+    @extend_schema(request=serializers.AssignSerializer, responses=serializers.SharingProfileSerializer)
+    @action(detail=True, methods=["post"])
+    def assign(self, request, pk=None):
+        """Make this profile the default of a pool."""
+        profile = self.get_object()
+        body = serializers.AssignSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        services.pool_set_profile(actor=Actor.from_request(request), pool=body.validated_data["pool"], profile=profile)
+        return Response(self.get_serializer(profile).data)
+
+    @extend_schema(request=serializers.PinRequestSerializer, responses=serializers.NodePinSerializer(many=True))
+    @action(detail=True, methods=["post"])
+    def pin(self, request, pk=None):
+        """Pin nodes to this profile, overriding their pool and schedule."""
+        profile = self.get_object()
+        body = serializers.PinRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        actor = Actor.from_request(request)
+        reason = body.validated_data.get("reason", "")
+        pins = [
+            services.node_pin_profile(actor=actor, node=node, profile=profile, reason=reason)
+            for node in body.validated_data["nodes"]
+        ]
+        return Response(serializers.NodePinSerializer(pins, many=True, context=self.get_serializer_context()).data)
+
+
+class NodePinViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet
+):
+    """Node pins; deleting one returns the node to its pool's profile."""
+
+    queryset = NodePin.objects.select_related("node", "profile").order_by("node__name")
+    serializer_class = serializers.NodePinSerializer
+    filterset_fields = ["profile", "node"]
+    write_role = Role.OPERATOR
+
+    def perform_destroy(self, instance):
+        services.node_unpin(actor=Actor.from_request(self.request), node=instance.node)
+
+
+class DesiredStateViewSet(viewsets.GenericViewSet, mixins.ListModelMixin):
+    """Per node: the desired profile and configs beside the observed ones; `in_sync` false marks drift."""
+
+    serializer_class = serializers.DesiredStateSerializer
+    filterset_class = NodeFilterSet
+
+    def get_queryset(self):
+        live_gpus = Gpu.objects.live().only("node_id", "index", "product").order_by("index")
+        return (
+            Node.objects.live()
+            .select_related("cluster", "pool")
+            .prefetch_related(Prefetch("gpus", queryset=live_gpus, to_attr="live_gpus"))
+            .order_by("cluster__name", "name")
+        )
+
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        rows = desired_vs_observed(page)
+        return self.get_paginated_response(self.get_serializer(rows, many=True).data)
+
+
+class MigValidateView(APIView):
+    """Live validation of a MIG layout for a GPU product: 200 with valid/placements or valid=false and reasons."""
+
+    action_roles = {None: Role.VIEWER}
+
+    @extend_schema(request=serializers.MigValidateSerializer, responses=serializers.MigValidateResultSerializer)
+    def post(self, request):
+        body = serializers.MigValidateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        result = validate_layout(body.validated_data["product"], body.validated_data["devices"])
+        if not result.valid:
+            return Response({"valid": False, "errors": list(result.errors)}, status=status.HTTP_200_OK)
+        return Response(
+            {
+                "valid": True,
+                "placements": [{"profile": p.profile, "start": p.start, "size": p.size} for p in result.placements],
+                "compute_slices_used": result.compute_slices_used,
+                "memory_slices_used": result.memory_slices_used,
+            }
+        )
+
+
+class MigProductsView(APIView):
+    """The MIG catalog: every GPU product Tessera knows, with its MIG profiles and placements."""
+
+    @extend_schema(responses=serializers.GpuProductSerializer(many=True))
+    def get(self, request):
+        products = sorted(PRODUCTS.values(), key=lambda p: p.name)
+        return Response(serializers.GpuProductSerializer(products, many=True).data)

@@ -1,0 +1,114 @@
+"""Reads of the sharing app: the impact preview of a profile on nodes, and desired-vs-observed per node."""
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from django.db.models import Prefetch
+
+from fleet.models import Gpu, Node, Pod
+from sharing.mig import UnknownProductError
+from sharing.models import SharingProfile
+from sharing.spec import NodeConfig, allocatable, mig_mode_changes, node_config, node_validation_errors
+
+
+@dataclass
+class NodeImpact:
+    """What applying a profile would do to one node."""
+
+    node: Node
+    errors: list[str]
+    allocatable_before: dict[str, int]
+    allocatable_after: dict[str, int]
+    disruption: str  # "none", "device-plugin", "mig-geometry", "gpu-reset"
+    reset_gpus: list[int]
+    pods_losing: list[Pod] = field(default_factory=list)
+    config: NodeConfig | None = None
+
+    @property
+    def changes(self) -> bool:
+        return self.disruption != "none"
+
+
+DISRUPTION_TEXT = {
+    "none": "No change",
+    "device-plugin": "Device plugin reconfigures (running pods keep their GPUs)",
+    "mig-geometry": "MIG geometry changes (no GPU reset)",
+    "gpu-reset": "MIG mode changes: GPU reset (node reboot where resets are not possible)",
+}
+
+
+def _preview_nodes(nodes):
+    live_gpus = Gpu.objects.live().only("node_id", "index", "product", "mig_enabled").order_by("index")
+    return (
+        nodes.select_related("cluster", "pool")
+        .prefetch_related(Prefetch("gpus", queryset=live_gpus, to_attr="live_gpus"), "live_gpus__mig_devices", "pods")
+        .order_by("name")
+    )
+
+
+def _pods_losing(pods, after: dict[str, int]) -> list[Pod]:
+    """Pods whose GPU resources the node will no longer advertise, or not in the amount they hold."""
+    left = dict(after)
+    losing = []
+    for pod in sorted(pods, key=lambda p: (p.namespace, p.name)):
+        fits = all(left.get(name, 0) >= count for name, count in pod.gpu_resources.items())
+        if fits:
+            for name, count in pod.gpu_resources.items():
+                left[name] -= count
+        else:
+            losing.append(pod)
+    return losing
+
+
+def _geometry_changes(spec, gpus) -> bool:
+    """Whether any MIG-enabled GPU would get a different set of MIG devices than it reports now."""
+    for gpu in gpus:
+        if not gpu.mig_enabled:
+            continue
+        observed = Counter(d.profile for d in gpu.mig_devices.all())
+        wanted = Counter({name: n for name, n in (spec.layout_for(gpu.index) or {}).items() if n})
+        if observed != wanted:
+            return True
+    return False
+
+
+def node_impact(profile: SharingProfile, node: Node) -> NodeImpact:
+    """The impact of `profile` on one node prefetched by `_preview_nodes`."""
+    spec = profile.to_spec()
+    gpus = [(g.index, g.product) for g in node.live_gpus]
+    before = {k: v for k, v in node.allocatable.items() if k.startswith("nvidia.com/")}
+    errors = node_validation_errors(spec, gpus)
+    if errors:
+        return NodeImpact(node, errors, before, {}, "none", [])
+    try:
+        config = node_config(spec, gpus)
+        after = allocatable(spec, gpus)
+        resets = mig_mode_changes(spec, [(g.index, g.product, g.mig_enabled) for g in node.live_gpus])
+    except UnknownProductError as exc:
+        return NodeImpact(node, [str(exc)], before, {}, "none", [])
+    if resets:
+        disruption = "gpu-reset"
+    elif _geometry_changes(spec, node.live_gpus):
+        disruption = "mig-geometry"
+    elif config.device_plugin_key != node.observed_device_plugin_config or after != before:
+        disruption = "device-plugin"
+    else:
+        disruption = "none"
+    losing = _pods_losing(node.pods.all(), after) if disruption != "none" else []
+    return NodeImpact(node, [], before, after, disruption, resets, losing, config)
+
+
+def profile_preview(profile: SharingProfile, nodes) -> list[NodeImpact]:
+    """Per node: resources before → after, reset or not, pods that lose their slice, or why it cannot apply."""
+    return [node_impact(profile, node) for node in _preview_nodes(nodes)]
+
+
+def preview_summary(impacts: list[NodeImpact]) -> dict:
+    """Totals for the top of a preview: nodes touched, refused, resetting, pods affected."""
+    return {
+        "nodes": len(impacts),
+        "changing": sum(1 for i in impacts if i.changes),
+        "refused": sum(1 for i in impacts if i.errors),
+        "resetting": sum(1 for i in impacts if i.disruption == "gpu-reset"),
+        "pods_losing": sum(len(i.pods_losing) for i in impacts),
+    }

@@ -1,0 +1,292 @@
+"""A sharing profile as plain values: NVIDIA's rules for it, what it renders to on a node, and what it yields.
+
+Pure (no Django, no I/O): the server validates and previews with it, the agent and the simulator may reuse it.
+Rules from nvidia-contracts.md: §3.2 time-slicing, §3.3 MPS, §3.5 resource names, §1.3 reset on MIG mode change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sharing.mig import GpuProduct, UnknownProductError, get_product, mig_resources, validate_layout
+from sharing.render import (
+    GPU_RESOURCE,
+    DevicePluginSpec,
+    MigDeviceSpec,
+    content_name,
+    render_device_plugin_config,
+    render_mig_parted_config,
+)
+
+MODES = ("passthrough", "mig", "mps", "time_slicing")
+TIME_SLICE_INTERVALS = ("default", "short", "medium", "long")  # §5: nvidia-smi --set-timeslice 0..3
+MPS_MAX_REPLICAS, MPS_MAX_REPLICAS_BEFORE_TURING = 48, 16  # §3.3, keyed on compute capability 7.5
+ALL_GPUS = "all"
+MIG_CONFIG_PREFIX, DEVICE_PLUGIN_PREFIX = "tessera-mig-", "tessera-dp-"
+
+
+@dataclass(frozen=True)
+class ProfileSpec:
+    """How a node's GPUs should be shared. `mig_layouts` maps "all" or a GPU index to a layout, or None (MIG off)."""
+
+    mode: str
+    target_products: tuple[str, ...] = ()
+    mig_layouts: Mapping[str, Mapping[str, int] | None] = field(default_factory=dict)
+    mig_strategy: str = "mixed"
+    replicas: int = 1
+    mps_active_thread_percentage: int | None = None
+    mps_pinned_memory_limit_mib: int | None = None
+    rename_shared: bool = False
+    fail_requests_greater_than_one: bool = False
+    time_slice_interval: str = "default"
+
+    def layout_for(self, index: int) -> Mapping[str, int] | None:
+        """A GPU's layout: its own entry, else the "all" entry, else MIG disabled."""
+        if str(index) in self.mig_layouts:
+            return self.mig_layouts[str(index)]
+        return self.mig_layouts.get(ALL_GPUS)
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """What a profile means for one node: the NVIDIA configs to write and the names that select them."""
+
+    mig_config_name: str | None  # None: the node has no MIG-capable GPU, leave nvidia.com/mig.config alone
+    mig_entries: tuple[MigDeviceSpec, ...]
+    device_plugin_key: str
+    device_plugin: DevicePluginSpec
+    config_id: str  # one name for the whole node config (what the agent compares)
+
+    @property
+    def mig_parted_text(self) -> str:
+        return render_mig_parted_config({self.mig_config_name: self.mig_entries}) if self.mig_config_name else ""
+
+    @property
+    def device_plugin_text(self) -> str:
+        return render_device_plugin_config(self.device_plugin)
+
+
+def _add(errors: dict[str, list[str]], key: str, message: str) -> None:
+    errors.setdefault(key, []).append(message)
+
+
+def validate_spec(spec: ProfileSpec) -> dict[str, list[str]]:
+    """Every reason NVIDIA's stack would refuse this profile on its target products, keyed by field."""
+    errors: dict[str, list[str]] = {}
+    if spec.mode not in MODES:
+        _add(errors, "mode", f"Mode must be one of {', '.join(MODES)}.")
+        return errors
+    products = []
+    if not spec.target_products:
+        _add(errors, "target_products", "Name at least one GPU product this profile is for.")
+    for name in spec.target_products:
+        try:
+            products.append(get_product(name))
+        except UnknownProductError as exc:
+            _add(errors, "target_products", str(exc))
+    _validate_sharing_fields(spec, products, errors)
+    if spec.mode == "mig":
+        _validate_mig(spec, products, errors)
+    elif spec.mig_layouts:
+        _add(errors, "mig_layouts", "MIG layouts apply only to MIG profiles.")
+    return errors
+
+
+def _validate_sharing_fields(spec: ProfileSpec, products: list[GpuProduct], errors) -> None:
+    if spec.mode in ("mps", "time_slicing", "mig") and spec.replicas < 1:
+        _add(errors, "replicas", "Replicas must be at least 1.")
+    if spec.mode == "time_slicing" and spec.replicas < 2:
+        _add(errors, "replicas", "Time-slicing needs at least 2 replicas per GPU.")
+    if spec.mode == "mig" and spec.replicas == 1 and (spec.rename_shared or spec.fail_requests_greater_than_one):
+        _add(errors, "replicas", "Renaming and failing large requests need time-slicing replicas (≥ 2) on MIG.")
+    if spec.mode == "mps":
+        cap = MPS_MAX_REPLICAS
+        old = [p.name for p in products if p.compute_capability < (7, 5)]
+        if old:
+            cap = MPS_MAX_REPLICAS_BEFORE_TURING
+        if spec.replicas < 2:
+            _add(errors, "replicas", "MPS needs at least 2 replicas per GPU.")
+        elif spec.replicas > cap:
+            reason = f" ({', '.join(old)} is below compute capability 7.5)" if old else ""
+            _add(errors, "replicas", f"MPS allows at most {cap} replicas per GPU{reason}.")
+        pct = spec.mps_active_thread_percentage
+        if pct is not None and not 1 <= pct <= 100:
+            _add(errors, "mps_active_thread_percentage", "The active thread percentage must be between 1 and 100.")
+        limit = spec.mps_pinned_memory_limit_mib
+        if limit is not None:
+            smallest = min((p.memory_mib for p in products), default=None)
+            if limit < 1:
+                _add(errors, "mps_pinned_memory_limit_mib", "The pinned memory limit must be at least 1 MiB.")
+            elif smallest is not None and limit > smallest:
+                _add(errors, "mps_pinned_memory_limit_mib", f"{limit} MiB is more than a GPU has ({smallest} MiB).")
+    else:
+        for name in ("mps_active_thread_percentage", "mps_pinned_memory_limit_mib"):
+            if getattr(spec, name) is not None:
+                _add(errors, name, "MPS limits apply only to MPS profiles.")
+    if spec.mode == "passthrough" and (spec.rename_shared or spec.fail_requests_greater_than_one):
+        _add(errors, "rename_shared", "Renaming and request limits apply only to shared GPUs.")
+    if spec.mode == "passthrough" and spec.replicas != 1:
+        _add(errors, "replicas", "A passthrough GPU has exactly one replica.")
+    if spec.time_slice_interval not in TIME_SLICE_INTERVALS:
+        _add(errors, "time_slice_interval", f"Time-slice length must be one of {', '.join(TIME_SLICE_INTERVALS)}.")
+
+
+def _validate_mig(spec: ProfileSpec, products: list[GpuProduct], errors) -> None:
+    if not spec.mig_layouts:
+        _add(errors, "mig_layouts", "A MIG profile needs a layout for all GPUs or for each GPU index.")
+        return
+    for key in spec.mig_layouts:
+        if key != ALL_GPUS and not (key.isdigit() and int(key) < 64):
+            _add(errors, "mig_layouts", f"'{key}' is neither 'all' nor a GPU index.")
+    for product in products:
+        if not product.mig_capable:
+            _add(errors, "target_products", f"{product.name} does not support MIG.")
+            continue
+        for key, layout in spec.mig_layouts.items():
+            if layout is None:
+                continue
+            where = "every GPU" if key == ALL_GPUS else f"GPU {key}"
+            for message in validate_layout(product, layout).errors:
+                _add(errors, f"mig_layouts.{key}", f"{where}: {message}")
+    if spec.mig_strategy not in ("single", "mixed"):
+        _add(errors, "mig_strategy", "The MIG strategy must be single or mixed.")
+    elif spec.mig_strategy == "single":
+        layouts = {tuple(sorted((layout or {}).items())) for layout in spec.mig_layouts.values()}
+        profiles = {name for layout in spec.mig_layouts.values() for name, n in (layout or {}).items() if n}
+        if len(layouts) > 1 or len(profiles) > 1 or None in spec.mig_layouts.values():
+            _add(
+                errors,
+                "mig_strategy",
+                "Different layouts per GPU, more than one profile, or MIG off on some GPUs need the mixed strategy.",
+            )
+        elif not profiles:
+            _add(errors, "mig_strategy", "The single strategy needs at least one MIG device on every GPU.")
+
+
+def node_validation_errors(spec: ProfileSpec, gpus: Sequence[tuple[int, str]]) -> list[str]:
+    """Why this profile cannot apply to a node with these (index, product) GPUs; empty when it can."""
+    problems = []
+    indices = {index for index, _ in gpus}
+    if spec.target_products:
+        others = sorted({product for _, product in gpus} - set(spec.target_products))
+        if others:
+            problems.append(f"the profile targets {', '.join(spec.target_products)}; the node has {', '.join(others)}")
+    if spec.mode == "mig":
+        missing = sorted(int(k) for k in spec.mig_layouts if k != ALL_GPUS and int(k) not in indices)
+        if missing:
+            problems.append(f"the node has no GPU {', '.join(map(str, missing))}")
+        for index, product in gpus:
+            layout = spec.layout_for(index)
+            if layout is None:
+                continue
+            try:
+                result = validate_layout(product, layout)
+            except UnknownProductError as exc:
+                problems.append(str(exc))
+                continue
+            problems.extend(f"GPU {index}: {message}" for message in result.errors)
+    return problems
+
+
+def _mig_entries(spec: ProfileSpec, gpus: Sequence[tuple[int, GpuProduct]]) -> tuple[MigDeviceSpec, ...]:
+    """Group the node's MIG-capable GPUs by (product, layout); one entry for all when they all agree."""
+    groups: dict[tuple, list[int]] = {}
+    for index, product in gpus:
+        layout = spec.layout_for(index) if spec.mode == "mig" else None
+        key = (product.pci_device_id, tuple(sorted((layout or {}).items())), layout is not None)
+        groups.setdefault(key, []).append(index)
+    mixed_products = len({key[0] for key in groups}) > 1
+    entries = []
+    for (pci_id, items, enabled), indices in sorted(groups.items(), key=lambda kv: kv[1]):
+        entries.append(
+            MigDeviceSpec(
+                devices=ALL_GPUS if len(groups) == 1 else tuple(indices),
+                mig_enabled=enabled,
+                mig_devices=dict(items) if enabled else {},
+                device_filter=(pci_id,) if mixed_products else (),
+            )
+        )
+    return tuple(entries)
+
+
+def _device_plugin(spec: ProfileSpec, gpus: Sequence[tuple[int, GpuProduct]]) -> DevicePluginSpec:
+    if spec.mode in ("mps", "time_slicing"):
+        return DevicePluginSpec(
+            sharing=spec.mode,
+            replicas=spec.replicas,
+            rename_by_default=spec.rename_shared,
+            fail_requests_greater_than_one=spec.fail_requests_greater_than_one or None,
+        )
+    if spec.mode == "mig":
+        strategy = spec.mig_strategy
+        if spec.replicas > 1:
+            resources = sorted({r for r in _mig_allocatable(spec, gpus)})
+            return DevicePluginSpec(
+                mig_strategy=strategy,
+                sharing="time_slicing",
+                replicas=spec.replicas,
+                rename_by_default=spec.rename_shared,
+                fail_requests_greater_than_one=spec.fail_requests_greater_than_one or None,
+                resources=tuple(resources) if strategy == "mixed" else (GPU_RESOURCE,),
+            )
+        return DevicePluginSpec(mig_strategy=strategy)
+    return DevicePluginSpec()
+
+
+def node_config(spec: ProfileSpec, gpus: Sequence[tuple[int, str]]) -> NodeConfig:
+    """Render the profile for one node's GPUs into content-addressed NVIDIA configs (same content, same names)."""
+    resolved = [(index, get_product(product)) for index, product in sorted(gpus)]
+    mig_capable = [(index, product) for index, product in resolved if product.mig_capable]
+    entries = _mig_entries(spec, mig_capable) if mig_capable else ()
+    mig_name = content_name(MIG_CONFIG_PREFIX, render_mig_parted_config({"x": entries})) if entries else None
+    plugin = _device_plugin(spec, resolved)
+    plugin_key = content_name(DEVICE_PLUGIN_PREFIX, render_device_plugin_config(plugin))
+    return NodeConfig(
+        mig_config_name=mig_name,
+        mig_entries=entries,
+        device_plugin_key=plugin_key,
+        device_plugin=plugin,
+        config_id=content_name("tessera-", f"{mig_name or ''}\n{plugin_key}"),
+    )
+
+
+def _mig_allocatable(spec: ProfileSpec, gpus: Sequence[tuple[int, GpuProduct]]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for index, product in gpus:
+        layout = spec.layout_for(index) if product.mig_capable else None
+        if layout is None:
+            totals[GPU_RESOURCE] = totals.get(GPU_RESOURCE, 0) + 1
+            continue
+        for resource, count in mig_resources(product, layout).items():
+            totals[resource] = totals.get(resource, 0) + count
+    return totals
+
+
+def allocatable(spec: ProfileSpec, gpus: Sequence[tuple[int, str]]) -> dict[str, int]:
+    """The GPU resources a node advertises under this profile (device plugin rules, §3.2, §3.5)."""
+    resolved = [(index, get_product(product)) for index, product in gpus]
+    count = len(resolved)
+    suffix = ".shared" if spec.rename_shared else ""
+    if spec.mode in ("mps", "time_slicing"):
+        return {GPU_RESOURCE + suffix: count * spec.replicas} if count else {}
+    if spec.mode == "passthrough":
+        return {GPU_RESOURCE: count} if count else {}
+    totals = _mig_allocatable(spec, resolved)
+    if spec.mig_strategy == "single":
+        totals = {GPU_RESOURCE: sum(totals.values())}
+    if spec.replicas > 1:
+        totals = {name + suffix: n * spec.replicas for name, n in totals.items()}
+    return dict(sorted(totals.items()))
+
+
+def mig_mode_changes(spec: ProfileSpec, gpus: Sequence[tuple[int, str, bool]]) -> list[int]:
+    """Indices of GPUs whose MIG mode flips (a GPU reset or a node reboot, §1.3) for (index, product, enabled)."""
+    flips = []
+    for index, product, enabled in gpus:
+        if not get_product(product).mig_capable:
+            continue
+        wanted = spec.mode == "mig" and spec.layout_for(index) is not None
+        if wanted != enabled:
+            flips.append(index)
+    return flips

@@ -1,0 +1,392 @@
+"""Pods: the GPU Operator's DaemonSet pods on each node, and a seeded user workload holding GPU resources."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from simulator.errors import ApiError
+from simulator.labels import is_gpu_resource
+from simulator.nodes import DEPLOY_PREFIX
+from simulator.resources import DAEMONSETS, NODES, PODS
+from simulator.store import Store, now_timestamp
+
+OPERATOR_NAMESPACE = "gpu-operator"
+WORKLOAD_NAMESPACES = ("ml-training", "inference", "research")
+PROTECTED_LABEL = "sim.tessera.io/protected"  # eviction is refused (429), as if a PodDisruptionBudget forbade it
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+@dataclass(frozen=True)
+class DaemonSetSpec:
+    name: str
+    component: str  # the nvidia.com/gpu.deploy.<component> label that schedules it (contracts §1.1)
+    containers: tuple[str, ...]
+    image: str
+
+
+DAEMONSET_SPECS = (
+    DaemonSetSpec(
+        "nvidia-device-plugin-daemonset",
+        "device-plugin",
+        ("nvidia-device-plugin", "config-manager"),
+        "nvcr.io/nvidia/k8s-device-plugin:v0.20.0",
+    ),
+    DaemonSetSpec(
+        "gpu-feature-discovery",
+        "gpu-feature-discovery",
+        ("gpu-feature-discovery", "config-manager"),
+        "nvcr.io/nvidia/k8s-device-plugin:v0.20.0",
+    ),
+    DaemonSetSpec(
+        "nvidia-dcgm-exporter", "dcgm-exporter", ("nvidia-dcgm-exporter",), "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3"
+    ),
+    DaemonSetSpec(
+        "nvidia-mig-manager",
+        "mig-manager",
+        ("nvidia-mig-manager",),
+        "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.15.0",
+    ),
+)
+DAEMONSET_BY_APP = {spec.name: spec for spec in DAEMONSET_SPECS}
+
+
+def suffix(*parts: object, length: int = 5) -> str:
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return "".join(_SUFFIX_ALPHABET[b % len(_SUFFIX_ALPHABET)] for b in digest[:length])
+
+
+def qos_class(containers: list[dict]) -> str:
+    """Guaranteed / Burstable / BestEffort from cpu and memory only (contracts §7.3)."""
+    has_any, guaranteed = False, True
+    for container in containers:
+        resources = container.get("resources", {})
+        requests, limits = resources.get("requests", {}), resources.get("limits", {})
+        for kind in ("cpu", "memory"):
+            if kind in requests or kind in limits:
+                has_any = True
+            if kind not in limits or requests.get(kind, limits[kind]) != limits[kind]:
+                guaranteed = False
+    if guaranteed and has_any:
+        return "Guaranteed"
+    return "Burstable" if has_any else "BestEffort"
+
+
+def pod_object(
+    *,
+    name: str,
+    namespace: str,
+    node: str,
+    containers: list[dict],
+    labels: dict[str, str],
+    owner: dict | None = None,
+    priority_class: str | None = None,
+    priority: int = 0,
+    volumes: list[dict] | None = None,
+    host_ip: str = "",
+    pod_ip: str = "",
+    started: str | None = None,
+) -> dict:
+    started = started or now_timestamp()
+    spec: dict = {
+        "nodeName": node,
+        "containers": containers,
+        "restartPolicy": "Always" if owner is None or owner["kind"] != "Job" else "Never",
+        "schedulerName": "default-scheduler",
+        "serviceAccountName": "default",
+        "priority": priority,
+        "terminationGracePeriodSeconds": 30,
+    }
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    if volumes:
+        spec["volumes"] = volumes
+    metadata: dict = {"name": name, "namespace": namespace, "labels": labels, "creationTimestamp": started}
+    if owner:
+        metadata["ownerReferences"] = [owner]
+    condition = {"status": "True", "lastTransitionTime": started}
+    return {
+        "metadata": metadata,
+        "spec": spec,
+        "status": {
+            "phase": "Running",
+            "conditions": [dict(condition, type=kind) for kind in ("Initialized", "Ready", "PodScheduled")],
+            "hostIP": host_ip,
+            "podIP": pod_ip,
+            "startTime": started,
+            "qosClass": qos_class(containers),
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "ready": True,
+                    "restartCount": 0,
+                    "started": True,
+                    "image": c["image"],
+                    "state": {"running": {"startedAt": started}},
+                }
+                for c in containers
+            ],
+        },
+    }
+
+
+def gpu_requests(pod: dict) -> dict[str, int]:
+    """GPU extended resources a pod holds (requested in limits, contracts §7.3)."""
+    held: dict[str, int] = {}
+    for container in pod["spec"].get("containers", []):
+        for resource, value in container.get("resources", {}).get("limits", {}).items():
+            if is_gpu_resource(resource):
+                held[resource] = held.get(resource, 0) + int(value)
+    return held
+
+
+def holds_gpu(pod: dict) -> bool:
+    return pod["status"].get("phase") in ("Pending", "Running") and bool(gpu_requests(pod))
+
+
+class DaemonSets:
+    """The DaemonSet controller for the operator's DaemonSets: one pod per node whose deploy label is `true`."""
+
+    def __init__(self, store: Store, seed: int):
+        self._store = store
+        self._seed = seed
+        self._generation: dict[tuple[str, str], int] = {}
+
+    def objects(self, node_count: int, mig_node_count: int) -> list[dict]:
+        created = now_timestamp()
+        result = []
+        for spec in DAEMONSET_SPECS:
+            desired = mig_node_count if spec.component == "mig-manager" else node_count
+            result.append(
+                {
+                    "metadata": {
+                        "name": spec.name,
+                        "namespace": OPERATOR_NAMESPACE,
+                        "labels": {"app": spec.name, "app.kubernetes.io/managed-by": "gpu-operator"},
+                        "creationTimestamp": created,
+                    },
+                    "spec": {
+                        "selector": {"matchLabels": {"app": spec.name}},
+                        "template": {
+                            "metadata": {"labels": {"app": spec.name}},
+                            "spec": {
+                                "nodeSelector": {DEPLOY_PREFIX + spec.component: "true"},
+                                "containers": [{"name": c, "image": spec.image} for c in spec.containers],
+                            },
+                        },
+                    },
+                    "status": {
+                        "desiredNumberScheduled": desired,
+                        "currentNumberScheduled": desired,
+                        "numberReady": desired,
+                        "updatedNumberScheduled": desired,
+                        "numberAvailable": desired,
+                        "numberMisscheduled": 0,
+                        "observedGeneration": 1,
+                    },
+                }
+            )
+        return result
+
+    def pod(self, spec: DaemonSetSpec, node: dict) -> dict:
+        node_name = node["metadata"]["name"]
+        generation = self._generation.get((spec.name, node_name), 0)
+        self._generation[(spec.name, node_name)] = generation + 1
+        ds = self._store.find(DAEMONSETS, OPERATOR_NAMESPACE, spec.name)
+        host_ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
+        return pod_object(
+            name=f"{spec.name}-{suffix(self._seed, node_name, spec.name, generation)}",
+            namespace=OPERATOR_NAMESPACE,
+            node=node_name,
+            containers=[{"name": c, "image": spec.image} for c in spec.containers],
+            labels={"app": spec.name, "controller-revision-hash": suffix(spec.name, length=10)},
+            owner={
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "name": spec.name,
+                "uid": ds["metadata"]["uid"] if ds else "",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            },
+            priority_class="system-node-critical",
+            priority=2000001000,
+            host_ip=host_ip,
+            pod_ip=host_ip,
+        )
+
+    def desired_specs(self, node: dict) -> list[DaemonSetSpec]:
+        labels = node["metadata"].get("labels", {})
+        return [spec for spec in DAEMONSET_SPECS if labels.get(DEPLOY_PREFIX + spec.component) == "true"]
+
+    def pod_on(self, app: str, node: str) -> dict | None:
+        return next(
+            (
+                pod
+                for pod in self._store.indexed(PODS, node)
+                if pod["metadata"]["namespace"] == OPERATOR_NAMESPACE and pod["metadata"]["labels"].get("app") == app
+            ),
+            None,
+        )
+
+    def sync(self, node_name: str) -> None:
+        """Create missing and delete unwanted operator pods on a node, after its deploy labels changed."""
+        node = self._store.find(NODES, "", node_name)
+        if node is None:
+            return
+        wanted = {spec.name for spec in self.desired_specs(node)}
+        for spec in DAEMONSET_SPECS:
+            existing = self.pod_on(spec.name, node_name)
+            if spec.name in wanted and existing is None:
+                self._store.create(PODS, self.pod(spec, node))
+            elif spec.name not in wanted and existing is not None:
+                self._store.delete(PODS, OPERATOR_NAMESPACE, existing["metadata"]["name"])
+
+
+class Workload:
+    """User pods holding GPUs: Jobs in ml-training, ReplicaSets in inference, notebooks and Jobs in research."""
+
+    def __init__(self, store: Store, seed: int):
+        self._store = store
+        self._seed = seed
+        self._random = random.Random(f"{seed}:workload")
+        self._serial = 0
+
+    def free_resources(self, node: dict) -> dict[str, int]:
+        allocatable = {k: int(v) for k, v in node["status"].get("allocatable", {}).items() if is_gpu_resource(k)}
+        for pod in self._store.indexed(PODS, node["metadata"]["name"]):
+            if holds_gpu(pod):
+                for resource, count in gpu_requests(pod).items():
+                    allocatable[resource] = allocatable.get(resource, 0) - count
+        return {k: v for k, v in allocatable.items() if v > 0}
+
+    def make_pod(
+        self,
+        node: dict,
+        resource: str,
+        count: int = 1,
+        *,
+        namespace: str | None = None,
+        controller: str = "auto",
+        protected: bool = False,
+        age: timedelta = timedelta(0),
+    ) -> dict:
+        """A workload pod on `node` holding `count` of `resource`; `controller` is Job, ReplicaSet, none or auto."""
+        rng = self._random
+        self._serial += 1
+        namespace = namespace or rng.choice(WORKLOAD_NAMESPACES)
+        if controller == "auto":
+            bare = namespace == "research" and rng.random() < 0.3  # notebooks without a controller need --force
+            controller = "none" if bare else "ReplicaSet" if namespace == "inference" else "Job"
+        started = (datetime.now(UTC) - age).strftime("%Y-%m-%dT%H:%M:%SZ")
+        labels: dict[str, str] = {}
+        owner = None
+        if controller == "Job":
+            job = f"train-{suffix(self._seed, 'job', self._serial, length=6)}"
+            name = f"{job}-{suffix(self._seed, 'pod', self._serial)}"
+            labels = {"job-name": job, "batch.kubernetes.io/job-name": job}
+            owner = {"apiVersion": "batch/v1", "kind": "Job", "name": job}
+        elif controller == "ReplicaSet":
+            app = rng.choice(("llm-serving", "embeddings", "vision-api", "asr"))
+            template_hash = suffix(self._seed, app, length=10)
+            name = f"{app}-{template_hash}-{suffix(self._seed, 'pod', self._serial)}"
+            labels = {"app": app, "pod-template-hash": template_hash}
+            owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{app}-{template_hash}"}
+        else:
+            name = f"notebook-{suffix(self._seed, 'nb', self._serial, length=6)}"
+            labels = {"app": "notebook"}
+        if owner:
+            owner.update(uid=self._store.new_uid(), controller=True, blockOwnerDeletion=True)
+        if protected:
+            labels[PROTECTED_LABEL] = "true"
+        qos = rng.choice(("Guaranteed", "Guaranteed", "Burstable", "Burstable", "BestEffort"))
+        resources: dict = {"limits": {resource: str(count)}}
+        cpu, memory = str(8 * count), f"{64 * count}Gi"
+        if qos == "Guaranteed":
+            resources = {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}
+            resources["limits"][resource] = str(count)
+        elif qos == "Burstable":
+            resources["requests"] = {"cpu": cpu, "memory": memory}
+        priority_class, priority = {
+            "inference": ("inference-high", 100000),
+            "ml-training": ("batch-low", 1000),
+        }.get(namespace, (None, 0))
+        volumes = [{"name": "scratch", "emptyDir": {}}] if controller == "Job" else None
+        host_ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
+        image = "nvcr.io/nvidia/pytorch:25.01-py3" if controller == "Job" else "nvcr.io/nvidia/tritonserver:25.01-py3"
+        return pod_object(
+            name=name,
+            namespace=namespace,
+            node=node["metadata"]["name"],
+            containers=[{"name": "main", "image": image, "resources": resources}],
+            labels=labels,
+            owner=owner,
+            priority_class=priority_class,
+            priority=priority,
+            volumes=volumes,
+            host_ip=host_ip,
+            pod_ip=f"10.244.{rng.randint(0, 255)}.{rng.randint(2, 254)}",
+            started=started,
+        )
+
+    def place(self, count: int, nodes: list[dict]) -> list[dict]:
+        """Up to `count` pods on random Ready nodes with free GPU resources (seeded choices)."""
+        rng = self._random
+        candidates = [n for n in nodes if _is_ready(n) and not n["spec"].get("unschedulable")]
+        placed: list[dict] = []
+        free = {n["metadata"]["name"]: self.free_resources(n) for n in candidates}
+        attempts = 0
+        while len(placed) < count and candidates and attempts < count * 4:
+            attempts += 1
+            node = rng.choice(candidates)
+            available = free[node["metadata"]["name"]]
+            if not available:
+                continue
+            resource = rng.choice(sorted(available))
+            if resource.startswith("nvidia.com/mig-"):
+                wanted = 1
+            else:
+                wanted = min(available[resource], rng.choice((1, 1, 2, 4, 8)))
+            available[resource] -= wanted
+            if available[resource] <= 0:
+                del available[resource]
+            placed.append(self.make_pod(node, resource, wanted, age=timedelta(minutes=rng.randint(1, 5000))))
+        return placed
+
+    def add(self, count: int) -> list[str]:
+        pods = self.place(count, self._store.objects(NODES))
+        for pod in pods:
+            self._store.create(PODS, pod)
+        return [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods]
+
+    def remove(self, count: int) -> list[str]:
+        workload = [
+            (p["metadata"]["namespace"], p["metadata"]["name"])
+            for p in self._store.objects(PODS)
+            if p["metadata"]["namespace"] in WORKLOAD_NAMESPACES
+        ]
+        chosen = self._random.sample(sorted(workload), min(count, len(workload)))
+        for namespace, name in chosen:
+            self._store.delete(PODS, namespace, name)
+        return [f"{namespace}/{name}" for namespace, name in chosen]
+
+
+def check_eviction(pod: dict, refused_by_fault: bool) -> None:
+    """Refuse like a PodDisruptionBudget would: 429 TooManyRequests with a DisruptionBudget cause."""
+    protected = pod["metadata"].get("labels", {}).get(PROTECTED_LABEL) == "true"
+    if protected or refused_by_fault:
+        budget = f"{pod['metadata']['name']}-pdb"
+        raise ApiError.too_many_requests(
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+            [
+                {
+                    "reason": "DisruptionBudget",
+                    "message": f"The disruption budget {budget} needs 1 healthy pods and has 1 currently",
+                }
+            ],
+        )
+
+
+def _is_ready(node: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))

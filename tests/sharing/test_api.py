@@ -1,0 +1,140 @@
+"""Sharing API: MIG validation and catalog, profile CRUD with per-field errors, preview, assign, pin, roles."""
+
+import pytest
+
+from sharing.models import NodePin, PoolSharing, SharingProfile
+from tests.factories import GpuFactory, NodeFactory, NodePoolFactory
+
+pytestmark = pytest.mark.django_db
+H100 = "NVIDIA-H100-80GB-HBM3"
+MIG_PROFILE = {"name": "inference-7", "mode": "mig", "target_products": [H100], "mig_layouts": {"all": "1g.10gb x7"}}
+
+
+def test_mig_validate_answers_valid_with_placements(viewer_api):
+    response = viewer_api.post(
+        "/api/v1/mig/validate/", {"product": H100, "devices": {"3g.40gb": 1, "4g.40gb": 1}}, format="json"
+    )
+    assert response.status_code == 200
+    body = response.json()
+    assert body["valid"] is True
+    assert sorted((p["profile"], p["start"], p["size"]) for p in body["placements"]) == [
+        ("3g.40gb", 4, 4),
+        ("4g.40gb", 0, 4),
+    ]
+    assert (body["compute_slices_used"], body["memory_slices_used"]) == (7, 8)
+
+
+def test_mig_validate_explains_refusals_and_rejects_unknown_products(viewer_api):
+    refused = viewer_api.post("/api/v1/mig/validate/", {"product": H100, "devices": {"1g.10gb": 8}}, format="json")
+    assert refused.status_code == 200
+    assert refused.json()["valid"] is False
+    assert "NVIDIA-H100-80GB-HBM3 has 7 compute slices; 1g.10gb × 8 needs 8" in refused.json()["errors"]
+    unknown = viewer_api.post("/api/v1/mig/validate/", {"product": "H100", "devices": {}}, format="json")
+    assert unknown.status_code == 400
+    assert "NVIDIA-A30" in unknown.json()["errors"]["product"][0]
+
+
+def test_mig_products_lists_catalog(viewer_api):
+    products = {p["name"]: p for p in viewer_api.get("/api/v1/mig/products/").json()}
+    assert products[H100]["mig_capable"] is True
+    assert {p["name"] for p in products[H100]["profiles"]} >= {"1g.10gb", "7g.80gb", "1g.10gb+me"}
+    assert products["NVIDIA-L4"]["profiles"] == []
+
+
+def test_profile_crud_roles_and_field_errors(admin_api, operator_api, viewer_api, api_client):
+    assert api_client.get("/api/v1/profiles/").status_code == 401
+    assert operator_api.post("/api/v1/profiles/", MIG_PROFILE, format="json").status_code == 403
+    created = admin_api.post("/api/v1/profiles/", MIG_PROFILE, format="json")
+    assert created.status_code == 201, created.json()
+    assert created.json()["mig_layouts"] == {"all": {"1g.10gb": 7}}
+
+    bad = admin_api.post(
+        "/api/v1/profiles/", {**MIG_PROFILE, "name": "bad", "mig_layouts": {"all": {"1g.10gb": 8}}}, format="json"
+    )
+    assert bad.status_code == 400
+    assert any("needs 8" in m for m in bad.json()["errors"]["mig_layouts.all"])
+    bad_mps = admin_api.post(
+        "/api/v1/profiles/", {"name": "m", "mode": "mps", "target_products": [H100], "replicas": 64}, format="json"
+    )
+    assert bad_mps.status_code == 400 and "at most 48" in bad_mps.json()["errors"]["replicas"][0]
+    notation = admin_api.post(
+        "/api/v1/profiles/", {**MIG_PROFILE, "name": "x", "mig_layouts": {"all": "1g.10gb x"}}, format="json"
+    )
+    assert notation.status_code == 400 and "mig_layouts.all" in notation.json()["errors"]
+
+    pk = created.json()["id"]
+    assert viewer_api.get(f"/api/v1/profiles/{pk}/").status_code == 200
+    assert viewer_api.patch(f"/api/v1/profiles/{pk}/", {"description": "x"}, format="json").status_code == 403
+    assert (
+        admin_api.patch(f"/api/v1/profiles/{pk}/", {"description": "day"}, format="json").json()["description"] == "day"
+    )
+    assert admin_api.delete(f"/api/v1/profiles/{pk}/").status_code == 204
+
+
+def _pool_with_node():
+    pool = NodePoolFactory()
+    node = NodeFactory(cluster=pool.cluster, pool=pool, allocatable={"nvidia.com/gpu": 2})
+    GpuFactory(node=node, index=0, product=H100)
+    GpuFactory(node=node, index=1, product=H100)
+    return pool, node
+
+
+def test_preview_assign_and_pin(admin_api, operator_api, viewer_api):
+    pool, node = _pool_with_node()
+    pk = admin_api.post("/api/v1/profiles/", MIG_PROFILE, format="json").json()["id"]
+
+    preview = viewer_api.post(f"/api/v1/profiles/{pk}/preview/", {"pool": pool.pk}, format="json")
+    assert preview.status_code == 200
+    body = preview.json()
+    assert body["summary"]["nodes"] == 1 and body["summary"]["resetting"] == 1
+    (item,) = body["nodes"]
+    assert (item["allocatable_before"], item["allocatable_after"]) == (
+        {"nvidia.com/gpu": 2},
+        {"nvidia.com/mig-1g.10gb": 14},
+    )
+    assert item["node"]["name"] == node.name and item["mig_config"].startswith("tessera-mig-")
+    by_nodes = viewer_api.post(f"/api/v1/profiles/{pk}/preview/", {"nodes": [node.pk]}, format="json")
+    assert by_nodes.json()["summary"]["nodes"] == 1
+    neither = viewer_api.post(f"/api/v1/profiles/{pk}/preview/", {}, format="json")
+    assert neither.status_code == 400 and neither.json()["message"] == "Give either a pool or a list of nodes."
+
+    assert viewer_api.post(f"/api/v1/profiles/{pk}/assign/", {"pool": pool.pk}, format="json").status_code == 403
+    assert operator_api.post(f"/api/v1/profiles/{pk}/assign/", {"pool": pool.pk}, format="json").status_code == 200
+    assert PoolSharing.objects.get(pool=pool).profile_id == pk
+
+    pinned = operator_api.post(f"/api/v1/profiles/{pk}/pin/", {"nodes": [node.pk], "reason": "test"}, format="json")
+    assert pinned.status_code == 200 and pinned.json()[0]["node"]["id"] == node.pk
+    pin_id = NodePin.objects.get(node=node).pk
+    assert viewer_api.delete(f"/api/v1/node-pins/{pin_id}/").status_code == 403
+    assert operator_api.delete(f"/api/v1/node-pins/{pin_id}/").status_code == 204
+    assert not NodePin.objects.exists()
+
+    in_use = admin_api.delete(f"/api/v1/profiles/{pk}/")
+    assert in_use.status_code == 409 and "in use" in in_use.json()["message"]
+    assert SharingProfile.objects.filter(pk=pk).exists()
+
+
+def test_assign_refuses_profile_that_does_not_fit(admin_api, operator_api):
+    pool, _ = _pool_with_node()
+    pk = admin_api.post(
+        "/api/v1/profiles/", {"name": "a30", "mode": "passthrough", "target_products": ["NVIDIA-A30"]}, format="json"
+    ).json()["id"]
+    response = operator_api.post(f"/api/v1/profiles/{pk}/assign/", {"pool": pool.pk}, format="json")
+    assert response.status_code == 400
+    assert "targets NVIDIA-A30" in response.json()["errors"]["profile"][0]
+
+
+def test_desired_states_show_drift_with_bounded_queries(
+    admin_api, operator_api, viewer_api, django_assert_max_num_queries
+):
+    pool, node = _pool_with_node()
+    for _ in range(5):
+        extra = NodeFactory(cluster=pool.cluster, pool=pool)
+        GpuFactory(node=extra, index=0, product=H100)
+    pk = admin_api.post("/api/v1/profiles/", MIG_PROFILE, format="json").json()["id"]
+    operator_api.post(f"/api/v1/profiles/{pk}/assign/", {"pool": pool.pk}, format="json")
+    with django_assert_max_num_queries(10):
+        response = viewer_api.get("/api/v1/desired-states/", {"pool": pool.pk})
+    rows = {r["node"]["name"]: r for r in response.json()["results"]}
+    assert rows[node.name]["in_sync"] is False
+    assert rows[node.name]["source"] == "pool" and rows[node.name]["desired_profile"]["id"] == pk

@@ -1,0 +1,132 @@
+"""Profiles, pool defaults and pins: validated against the fleet's GPUs, audited, desired state selected."""
+
+import pytest
+
+from core.audit import Actor
+from core.exceptions import ApplicationError
+from core.models import AuditEvent
+from scheduling.selectors import desired_state, desired_vs_observed
+from sharing import services
+from sharing.selectors import preview_summary, profile_preview
+from tests.factories import GpuFactory, MigDeviceFactory, NodeFactory, NodePoolFactory, PodFactory
+
+pytestmark = pytest.mark.django_db
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+@pytest.fixture
+def actor(admin_user):
+    return Actor.for_user(admin_user)
+
+
+def _mig_profile(actor, name="mig-7", layout=None, **kw):
+    return services.profile_create(
+        actor=actor, name=name, mode="mig", target_products=[H100], mig_layouts={"all": layout or {"1g.10gb": 7}}, **kw
+    )
+
+
+def _node_with_gpus(pool=None, product=H100, count=2, mig=False, **kw):
+    node = NodeFactory(pool=pool, cluster=pool.cluster if pool else None, **kw) if pool else NodeFactory(**kw)
+    for i in range(count):
+        GpuFactory(node=node, index=i, product=product, mig_enabled=mig)
+    return node
+
+
+def test_profile_create_validates_and_audits(actor):
+    with pytest.raises(ApplicationError) as err:
+        _mig_profile(actor, layout={"1g.10gb": 8})
+    assert "mig_layouts.all" in err.value.errors
+    profile = _mig_profile(actor)
+    event = AuditEvent.objects.get(action="profile.create")
+    assert (event.actor_label, event.object_id, event.after["mig_layouts"]) == (
+        "admin",
+        str(profile.pk),
+        {"all": {"1g.10gb": 7}},
+    )
+
+
+def test_profile_update_records_before_and_after_and_no_op_is_silent(actor):
+    profile = _mig_profile(actor)
+    services.profile_update(actor=actor, profile=profile, description="same layout")
+    services.profile_update(actor=actor, profile=profile, description="same layout")
+    events = AuditEvent.objects.filter(action="profile.update")
+    assert events.count() == 1
+    assert (events[0].before["description"], events[0].after["description"]) == ("", "same layout")
+
+
+def test_pool_default_and_pin_drive_desired_state(actor):
+    pool = NodePoolFactory()
+    node = _node_with_gpus(pool)
+    mig = _mig_profile(actor)
+    whole = services.profile_create(actor=actor, name="whole", mode="passthrough", target_products=[H100])
+    assert desired_state(node).profile is None
+    services.pool_set_profile(actor=actor, pool=pool, profile=mig)
+    assert (desired_state(node).profile, desired_state(node).source) == (mig, "pool")
+    services.node_pin_profile(actor=actor, node=node, profile=whole, reason="long training run")
+    assert (desired_state(node).profile, desired_state(node).source) == (whole, "pin")
+    services.node_unpin(actor=actor, node=node)
+    assert desired_state(node).profile == mig
+    assert list(AuditEvent.objects.values_list("action", flat=True).order_by("pk")) == [
+        "profile.create",
+        "profile.create",
+        "pool.set_profile",
+        "node.pin",
+        "node.unpin",
+    ]
+
+
+def test_assignment_refused_when_profile_does_not_fit_the_pool(actor):
+    pool = NodePoolFactory()
+    _node_with_gpus(pool, product="NVIDIA-A30")
+    with pytest.raises(ApplicationError) as err:
+        services.pool_set_profile(actor=actor, pool=pool, profile=_mig_profile(actor))
+    assert "targets NVIDIA-H100-80GB-HBM3" in err.value.errors["profile"][0]
+
+
+def test_profile_in_use_cannot_be_deleted_or_changed_to_not_fit(actor):
+    pool = NodePoolFactory()
+    _node_with_gpus(pool)
+    profile = _mig_profile(actor)
+    services.pool_set_profile(actor=actor, pool=pool, profile=profile)
+    with pytest.raises(ApplicationError) as err:
+        services.profile_delete(actor=actor, profile=profile)
+    assert err.value.status == 409
+    with pytest.raises(ApplicationError):
+        services.profile_update(actor=actor, profile=profile, target_products=["NVIDIA-A30"], mig_layouts={})
+
+
+def test_desired_vs_observed_flags_drift(actor):
+    pool = NodePoolFactory()
+    node = _node_with_gpus(pool, observed_mig_config="all-disabled", config_state="success")
+    services.pool_set_profile(actor=actor, pool=pool, profile=_mig_profile(actor))
+    node.live_gpus = list(node.gpus.all())
+    (row,) = desired_vs_observed([node])
+    assert row.in_sync is False and row.desired_mig_config.startswith("tessera-mig-")
+    node.observed_mig_config = row.desired_mig_config
+    node.observed_device_plugin_config = row.desired_device_plugin_config
+    (row,) = desired_vs_observed([node])
+    assert row.in_sync is True
+
+
+def test_preview_reports_resources_reset_and_pods_losing_their_slice(actor):
+    pool = NodePoolFactory()
+    node = _node_with_gpus(pool, count=2, mig=True, allocatable={"nvidia.com/mig-1g.10gb": 14})
+    for gpu in node.gpus.all():
+        for start in range(7):
+            MigDeviceFactory(gpu=gpu, profile="1g.10gb", start=start)
+    PodFactory(node=node, name="infer-a", gpu_resources={"nvidia.com/mig-1g.10gb": 1})
+    whole = services.profile_create(actor=actor, name="whole", mode="passthrough", target_products=[H100])
+
+    (impact,) = profile_preview(whole, pool.nodes.all())
+    assert impact.allocatable_before == {"nvidia.com/mig-1g.10gb": 14}
+    assert impact.allocatable_after == {"nvidia.com/gpu": 2}
+    assert (impact.disruption, impact.reset_gpus) == ("gpu-reset", [0, 1])
+    assert [p.name for p in impact.pods_losing] == ["infer-a"]
+
+    same = _mig_profile(actor)
+    (impact,) = profile_preview(same, pool.nodes.all())
+    assert impact.disruption != "gpu-reset" and impact.pods_losing == []
+    geometry = _mig_profile(actor, name="big", layout={"3g.40gb": 2})
+    (impact,) = profile_preview(geometry, pool.nodes.all())
+    assert impact.disruption == "mig-geometry"
+    assert preview_summary([impact])["pods_losing"] == 1
