@@ -108,7 +108,12 @@ class Node(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["cluster", "name"], name="%(app_label)s_%(class)s_unique_name_per_cluster"),
         ]
-        indexes = [models.Index(fields=["cluster", "pool"]), models.Index(fields=["config_state"])]
+        indexes = [
+            models.Index(fields=["cluster", "pool"]),
+            models.Index(fields=["config_state"]),
+            # GPU lists are ordered by node name: with this index a page reads its rows in order instead of sorting all.
+            models.Index(fields=["name"]),
+        ]
 
     def __str__(self):
         return self.name
@@ -160,6 +165,7 @@ class Gpu(models.Model):
                 name="%(app_label)s_%(class)s_utilization_is_percent",
             ),
         ]
+        indexes = [models.Index(fields=["gone_at"])]  # counts of live GPUs (every list page) read only this index
 
     def __str__(self):
         return f"{self.node.name}/gpu{self.index}"

@@ -58,9 +58,7 @@ def fleet_overview(*, now=None) -> dict:
     node_totals = nodes.aggregate(
         nodes=Count("pk"),
         failed=Count("pk", filter=Q(config_state=ConfigState.FAILED)),
-        stuck=Count(
-            "pk", filter=Q(config_state__in=IN_PROGRESS_STATES, config_state_since__lt=pending_deadline(now))
-        ),
+        stuck=Count("pk", filter=Q(config_state__in=IN_PROGRESS_STATES, config_state_since__lt=pending_deadline(now))),
         in_progress=Count("pk", filter=Q(config_state__in=IN_PROGRESS_STATES)),
         stale=Count("pk", filter=Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=stale_cutoff(now))),
         not_ready=Count("pk", filter=Q(ready=False)),
@@ -79,7 +77,9 @@ def fleet_overview(*, now=None) -> dict:
     )
     total_gpus = gpu_totals["gpus"]
     by_product = _share_rows(
-        gpus.values("product").annotate(count=Count("pk"), mean_utilization=Avg("utilization_pct")).order_by("-count", "product"),
+        gpus.values("product")
+        .annotate(count=Count("pk"), mean_utilization=Avg("utilization_pct"))
+        .order_by("-count", "product"),
         total_gpus,
         "product",
         lambda row: row["product"] or "Unknown product",
@@ -109,7 +109,10 @@ def fleet_overview(*, now=None) -> dict:
         "by_product": by_product,
         "by_cluster": by_cluster,
         "by_mode": by_mode,
-        "needs_attention": node_totals["failed"] + node_totals["stuck"] + node_totals["stale"] + gpu_totals["unhealthy"],
+        "needs_attention": node_totals["failed"]
+        + node_totals["stuck"]
+        + node_totals["stale"]
+        + gpu_totals["unhealthy"],
     }
 
 
@@ -265,9 +268,7 @@ def node_detail_queryset() -> QuerySet[Node]:
 
 
 def _mig_devices_prefetch() -> Prefetch:
-    return Prefetch(
-        "mig_devices", queryset=MigDevice.objects.annotate(memory_gib=_gib("memory_mib")).order_by("start")
-    )
+    return Prefetch("mig_devices", queryset=MigDevice.objects.annotate(memory_gib=_gib("memory_mib")).order_by("start"))
 
 
 def node_gpus(node: Node) -> list[Gpu]:

@@ -7,6 +7,7 @@ from core.audit import Actor, audit_record
 from core.exceptions import ApplicationError
 from fleet.models import Gpu, Node, NodePool
 from sharing.models import NodePin, PoolSharing, SharingProfile
+from sharing.signals import desired_state_changed
 from sharing.spec import ProfileSpec, node_validation_errors, validate_spec
 
 PROFILE_FIELDS = (
@@ -63,6 +64,7 @@ def profile_update(*, actor: Actor, profile: SharingProfile, **values) -> Sharin
     _check_assignments_still_fit(profile)
     profile.save()
     audit_record(actor=actor, action="profile.update", obj=profile, before=before, after=profile_snapshot(profile))
+    desired_state_changed.send(sender=SharingProfile)
     return profile
 
 
@@ -113,6 +115,7 @@ def pool_set_profile(*, actor: Actor, pool: NodePool, profile: SharingProfile | 
         if current:
             current.delete()
             audit_record(actor=actor, action="pool.set_profile", obj=pool, before=before, after=None)
+            desired_state_changed.send(sender=PoolSharing)
         return None
     problems = nodes_validation_errors(profile.to_spec(), pool.nodes.live())
     if problems:
@@ -124,6 +127,7 @@ def pool_set_profile(*, actor: Actor, pool: NodePool, profile: SharingProfile | 
         return current
     sharing, _ = PoolSharing.objects.update_or_create(pool=pool, defaults={"profile": profile})
     audit_record(actor=actor, action="pool.set_profile", obj=pool, before=before, after={"profile": profile.name})
+    desired_state_changed.send(sender=PoolSharing)
     return sharing
 
 
@@ -144,6 +148,7 @@ def node_pin_profile(*, actor: Actor, node: Node, profile: SharingProfile, reaso
     audit_record(
         actor=actor, action="node.pin", obj=node, before=before, after={"profile": profile.name, "reason": reason}
     )
+    desired_state_changed.send(sender=NodePin)
     return pin
 
 
@@ -155,3 +160,4 @@ def node_unpin(*, actor: Actor, node: Node) -> None:
         return
     audit_record(actor=actor, action="node.unpin", obj=node, before={"profile": pin.profile.name}, after=None)
     pin.delete()
+    desired_state_changed.send(sender=NodePin)

@@ -95,7 +95,9 @@ class Simulator:
         self.kubeconfig_path = cfg.kubeconfig_path or str(state_dir / "kubeconfig")
         tls.write_kubeconfig(Path(self.kubeconfig_path), self.url, cert, self.token)
         self.operator.start()
-        self._server_thread = threading.Thread(target=self._server.serve_forever, name="sim-api", daemon=True)
+        self._server_thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="sim-api", daemon=True
+        )
         self._server_thread.start()
         self.startup_seconds = time.perf_counter() - started
         return self

@@ -63,7 +63,7 @@ def _object_meta(data: bytes) -> dict:
     meta: dict = {}
     names = {1: "name", 2: "generateName", 3: "namespace", 6: "resourceVersion"}
     for number, raw in _fields(data):
-        if number in names:
+        if number in names and raw:
             meta[names[number]] = raw.decode()
         elif number in (11, 12):
             key, value = _map_entry(raw)

@@ -168,6 +168,24 @@ TESSERA = {
     # A node whose last observation (agent report or Kubernetes watch) is older than this is stale.
     "STALE_AFTER_SECONDS": env.int("TESSERA_STALE_AFTER_SECONDS", default=180),
     "API_MAX_PAGE_SIZE": 1000,
+    # How often an in-flight node change is polled (waiting for idle GPUs, verifying MIG Manager's result).
+    "STEP_POLL_SECONDS": env.float("TESSERA_STEP_POLL_SECONDS", default=2.0),
+    # Strategy of the rollouts the reconcile loop starts on its own.
+    "ROLLOUT_DEFAULTS": {
+        "batch_size": env.int("TESSERA_ROLLOUT_BATCH_SIZE", default=10),
+        "canary_count": env.int("TESSERA_ROLLOUT_CANARIES", default=1),
+        "max_failures": env.int("TESSERA_ROLLOUT_MAX_FAILURES", default=2),
+        "busy_policy": env("TESSERA_ROLLOUT_BUSY_POLICY", default="wait"),
+        "wait_minutes": env.int("TESSERA_ROLLOUT_WAIT_MINUTES", default=30),
+        "verify_timeout_seconds": env.int("TESSERA_ROLLOUT_VERIFY_TIMEOUT", default=600),
+    },
+}
+CELERY_BEAT_SCHEDULE = {
+    "reconcile-tick": {
+        "task": "worker.tasks.reconcile_tick",
+        "schedule": env.float("TESSERA_RECONCILE_SECONDS", default=30.0),
+        "options": {"expires": 60},
+    },
 }
 
 LOGGING = {

@@ -220,21 +220,8 @@ class MigDeviceSerializer(serializers.ModelSerializer):
 # so the list reads `.values()` rows and builds GpuSerializer's exact shape here; a test holds the two equal.
 
 _DATETIME_COLUMNS = tuple(c for c in GPU_COLUMNS if isinstance(Gpu._meta.get_field(c), models.DateTimeField))
+_JOINED = ("node_id", "node__name", "node__cluster_id", "node__cluster__name", "node__pool_id", "node__pool__name")
 _datetime = serializers.DateTimeField()
-
-
-def gpu_rows(queryset):
-    """The columns the GPU list shows, with the names of the node, cluster and pool joined in."""
-    return queryset.values(
-        "id",
-        *GPU_COLUMNS,
-        "node_id",
-        "node__name",
-        "node__cluster_id",
-        "node__cluster__name",
-        "node__pool_id",
-        "node__pool__name",
-    )
 
 
 def _detail_url_prefix(view_name, request) -> str:
@@ -242,18 +229,21 @@ def _detail_url_prefix(view_name, request) -> str:
     return reverse(view_name, kwargs={"pk": 0}, request=request).removesuffix("0/")
 
 
-def gpu_list_items(rows, *, request) -> list[dict]:
-    """GpuSerializer's output for each row, with the page's MIG devices fetched in one query."""
+def gpu_list_items(ids, *, request) -> list[dict]:
+    """GpuSerializer's output for a page of GPU ids, in their order: one query for the rows, one for MIG devices."""
+    rows = Gpu.objects.filter(pk__in=ids).order_by().values("id", *GPU_COLUMNS, *_JOINED)
+    by_id = {row["id"]: row for row in rows}
     mig_devices = defaultdict(list)
-    page_devices = MigDevice.objects.filter(gpu_id__in=[r["id"] for r in rows]).order_by("gpu_id", "start")
+    page_devices = MigDevice.objects.filter(gpu_id__in=ids).order_by("gpu_id", "start")
     for device in page_devices.values("gpu_id", *GPU_MIG_DEVICE_COLUMNS):
         mig_devices[device.pop("gpu_id")].append(device)
     gpu_url, node_url, cluster_url, pool_url = (
         _detail_url_prefix(name, request) for name in ("gpu-detail", "node-detail", "cluster-detail", "nodepool-detail")
     )
     items = []
-    for row in rows:
-        gpu_id, node_id, cluster_id, pool_id = row["id"], row["node_id"], row["node__cluster_id"], row["node__pool_id"]
+    for gpu_id in ids:
+        row = by_id[gpu_id]
+        node_id, cluster_id, pool_id = row["node_id"], row["node__cluster_id"], row["node__pool_id"]
         item = {
             "id": gpu_id,
             "url": f"{gpu_url}{gpu_id}/",
@@ -264,7 +254,8 @@ def gpu_list_items(rows, *, request) -> list[dict]:
         for column in GPU_COLUMNS:
             item[column] = row[column]
         for column in _DATETIME_COLUMNS:
-            item[column] = _datetime.to_representation(row[column])
-        item["mig_devices"] = mig_devices.get(gpu_id, [])
+            if item[column] is not None:
+                item[column] = _datetime.to_representation(item[column])
+        item["mig_devices"] = mig_devices[gpu_id]
         items.append(item)
     return items

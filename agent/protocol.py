@@ -1,0 +1,323 @@
+"""The wire contract between the node agent and the Tessera server: the server implements exactly this.
+
+All bodies are JSON objects; every message below has `to_dict()` (plain JSON types) and `from_dict()`. Unknown keys
+are ignored on reading, so either side may add fields before the other knows them; a missing required key or a value
+of the wrong type raises `ProtocolError` naming the field.
+
+Endpoints (under the server's base URL):
+
+- `POST /api/v1/agent/register/` — body `RegisterRequest` {join_token, hostname, agent_version}, no credential.
+  → 201 `RegisterResponse` {node_id, node_name, credential, interval_seconds}. The join token is one-time; the
+  credential can only read and report for its own node and is sent as `Authorization: Bearer <credential>` on every
+  call below.
+- `POST /api/v1/agent/report/` — body `Report`: inventory and metrics of every GPU, host settings, the config the
+  node runs (`applied`) and the XID events seen since the last successful report. → 200 `ReportResponse`
+  {desired_config_id}: null when the server has nothing for the node; when it differs from `applied.config_id` the
+  agent fetches the desired config.
+- `GET /api/v1/agent/desired/` → 200 `DesiredConfig`. `config_id` is content-addressed (new content, new id);
+  `change_id` is the server's NodeChange, or null outside a rollout.
+- `POST /api/v1/agent/outcome/` — body `Outcome` {change_id, config_id, status, message, report} → 200.
+  `status` is `succeeded`, `failed`, or `refused_busy` (compute processes held GPUs the change touches and the
+  safety policy said `wait`; the server decides when to retry or drain). The agent tries each (config_id, change_id)
+  once and re-sends an outcome until it is accepted, so the server must accept a repeated outcome; to retry, the
+  server issues a new change_id. The outcome's report is a fresh snapshot after the apply; its `xid_events` is
+  always empty (XID events travel with `/report/` only, so each is delivered once).
+- Errors: 401/403 (and any 4xx) bodies use the server's error shape `ErrorBody` {message, errors}. A 401/403 on
+  `/report/` means the credential was revoked or is wrong: the agent prints the message and exits with code 3.
+
+Units: memory in MiB, power in W, temperature in °C, utilisation in %, times as ISO 8601 UTC strings ("…Z").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Self
+
+API_PREFIX = "/api/v1/agent/"
+REGISTER_PATH = API_PREFIX + "register/"
+REPORT_PATH = API_PREFIX + "report/"
+DESIRED_PATH = API_PREFIX + "desired/"
+OUTCOME_PATH = API_PREFIX + "outcome/"
+
+ComputeMode = Literal["default", "exclusive_thread", "prohibited", "exclusive_process"]  # contracts §5
+TimeSliceInterval = Literal["default", "short", "medium", "long"]  # contracts §5
+BusyPolicy = Literal["wait", "force"]
+OutcomeStatus = Literal["succeeded", "failed", "refused_busy"]
+
+
+class ProtocolError(ValueError):
+    """A message that does not follow this contract; the text names the field."""
+
+
+class Message:
+    """Base of every wire message: a frozen dataclass that converts to and from plain JSON values."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return _encode(self)
+
+    @classmethod
+    def from_dict(cls, data: object) -> Self:
+        return _decode(cls, data, cls.__name__)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# register
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RegisterRequest(Message):
+    join_token: str = field(repr=False)
+    hostname: str
+    agent_version: str
+
+
+@dataclass(frozen=True)
+class RegisterResponse(Message):
+    node_id: int
+    node_name: str
+    credential: str = field(repr=False)
+    interval_seconds: int
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuInstance(Message):
+    """A MIG GPU instance and its placement in memory slices (contracts §4.1)."""
+
+    profile: str
+    profile_id: int
+    start: int
+    size: int
+    gpu_instance_id: int
+
+
+@dataclass(frozen=True)
+class MigDevice(Message):
+    """A MIG device (one compute instance of a GPU instance), as CUDA and the device plugin see it."""
+
+    uuid: str
+    profile: str
+    start: int
+    size: int
+    gpu_instance_id: int
+    compute_instance_id: int
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class GpuProcess(Message):
+    """A compute process on a GPU; instance ids are null outside MIG. PIDs are host PIDs (hostPID on Kubernetes)."""
+
+    pid: int
+    used_memory_mib: int | None
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+
+
+@dataclass(frozen=True)
+class GpuReport(Message):
+    """One physical GPU: identity, MIG state, processes and metrics. A metric NVML cannot read is null."""
+
+    uuid: str
+    index: int
+    name: str  # the NVML name, e.g. "NVIDIA H100 80GB HBM3"
+    product: str  # the GPU Feature Discovery label, e.g. "NVIDIA-H100-80GB-HBM3" (contracts §3.6)
+    pci_bus_id: str
+    pci_device_id: str  # "0x233010DE", as mig-parted's device-filter (§2.1)
+    numa_node: int | None
+    memory_total_mib: int
+    memory_used_mib: int | None
+    mig_capable: bool
+    mig_mode_current: bool | None  # null when not MIG-capable
+    mig_mode_pending: bool | None  # differs from current until the GPU is reset (§1.3)
+    gpu_instances: tuple[GpuInstance, ...]
+    mig_devices: tuple[MigDevice, ...]
+    processes: tuple[GpuProcess, ...]
+    utilization_pct: float | None  # null with MIG enabled: NVML has no whole-GPU figure then (§6)
+    temperature_c: int | None
+    power_w: float | None
+    ecc_sbe_total: int | None  # volatile corrected errors
+    ecc_dbe_total: int | None  # volatile uncorrected errors
+    compute_mode: ComputeMode | None
+    persistence_mode: bool | None
+
+
+@dataclass(frozen=True)
+class XidEvent(Message):
+    """An XID critical error (contracts §10); `at` is when the agent read it from NVML."""
+
+    gpu_uuid: str
+    xid: int
+    at: str
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+@dataclass(frozen=True)
+class HostSettings(Message):
+    """Host tuning a QoS policy cares about, as read from /proc and /sys; null where the host has no such file."""
+
+    thp: str | None  # transparent huge pages: always | madvise | never
+    swappiness: int | None
+    cpu_governor: str | None
+    dirty_ratio: int | None
+    dirty_background_ratio: int | None
+
+
+@dataclass(frozen=True)
+class MpsSettings(Message):
+    """MPS control-daemon defaults; null limits mean 100/replicas % and memory/replicas MiB (contracts §3.3)."""
+
+    replicas: int
+    default_active_thread_percentage: int | None = None
+    pinned_device_memory_limit_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class TimeSliceSettings(Message):
+    interval: TimeSliceInterval
+
+
+@dataclass(frozen=True)
+class AppliedState(Message):
+    """The desired config the node last applied successfully, and what it set."""
+
+    config_id: str
+    mig_selected: str | None = None
+    mps: MpsSettings | None = None
+    time_slice: TimeSliceSettings | None = None
+    persistence_mode: bool | None = None
+
+
+@dataclass(frozen=True)
+class Report(Message):
+    agent_version: str
+    hostname: str
+    driver_version: str
+    cuda_version: str
+    numa_nodes: int | None
+    gpus: tuple[GpuReport, ...]
+    xid_events: tuple[XidEvent, ...]
+    host: HostSettings
+    applied: AppliedState | None
+
+
+@dataclass(frozen=True)
+class ReportResponse(Message):
+    desired_config_id: str | None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# desired config and outcome
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MigSettings(Message):
+    """A mig-parted config file (contracts §2.1) and the name of the config in it to apply."""
+
+    mig_parted_config: str
+    selected: str
+
+
+@dataclass(frozen=True)
+class SafetySettings(Message):
+    """What to do when compute processes hold a GPU the change touches: wait up to wait_seconds, or force."""
+
+    busy_policy: BusyPolicy = "wait"
+    wait_seconds: int = 0
+
+
+@dataclass(frozen=True)
+class DesiredConfig(Message):
+    """What the node should run. A null section means Tessera does not manage that setting in this config."""
+
+    config_id: str
+    change_id: int | None
+    mig: MigSettings | None = None
+    mps: MpsSettings | None = None
+    time_slice: TimeSliceSettings | None = None
+    persistence_mode: bool | None = None
+    safety: SafetySettings = field(default_factory=SafetySettings)
+
+
+@dataclass(frozen=True)
+class Outcome(Message):
+    change_id: int | None
+    config_id: str
+    status: OutcomeStatus
+    message: str
+    report: Report
+
+
+@dataclass(frozen=True)
+class ErrorBody(Message):
+    """The server's one error shape (STYLE.md §8)."""
+
+    message: str
+    errors: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the codec: dataclass fields and their type hints drive both directions
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _encode(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_encode(item) for item in value]
+    return value
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _decode(tp: Any, value: object, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(tp):
+            return None
+        (inner,) = [arg for arg in typing.get_args(tp) if arg is not type(None)]
+        return _decode(inner, value, where)
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise ProtocolError(f"{where} must be one of {', '.join(map(str, typing.get_args(tp)))}, not {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise ProtocolError(f"{where} must be a list, not {value!r}")
+        item_type = typing.get_args(tp)[0]
+        return tuple(_decode(item_type, item, f"{where}[{i}]") for i, item in enumerate(value))
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{where} must be an object, not {value!r}")
+        hints = _hints(tp)
+        kwargs = {}
+        for f in dataclasses.fields(tp):
+            if f.name in value:
+                kwargs[f.name] = _decode(hints[f.name], value[f.name], f"{where}.{f.name}")
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ProtocolError(f"{where}.{f.name} is required")
+        return tp(**kwargs)
+    if tp is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{where} must be an object, not {value!r}")
+        return dict(value)
+    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, str, bool) and isinstance(value, tp) and (tp is bool or not isinstance(value, bool)):
+        return value
+    raise ProtocolError(f"{where} must be {getattr(tp, '__name__', tp)}, not {value!r}")

@@ -1,0 +1,48 @@
+"""Enumerations of rollouts and node changes."""
+
+from django.db import models
+
+
+class RolloutStatus(models.TextChoices):
+    RUNNING = "running", "Running"
+    PAUSED = "paused", "Paused"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class RolloutTrigger(models.TextChoices):
+    USER = "user", "User"
+    SCHEDULE = "schedule", "Schedule"
+    RECONCILE = "reconcile", "Reconcile loop"
+
+
+class BusyPolicy(models.TextChoices):
+    """What to do when a MIG change meets pods holding GPUs on the node (MIG Manager never drains, §1.2)."""
+
+    WAIT = "wait", "Wait until idle (up to the wait limit)"
+    DRAIN = "drain", "Cordon and evict the pods"
+    SKIP = "skip", "Skip the node"
+    FORCE = "force", "Apply anyway"
+
+
+class ChangeStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    WAITING_FOR_IDLE = "waiting_for_idle", "Waiting for idle"
+    APPLYING = "applying", "Applying"
+    VERIFYING = "verifying", "Verifying"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    ROLLED_BACK = "rolled_back", "Rolled back"
+    SKIPPED = "skipped", "Skipped"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+ACTIVE_CHANGE_STATUSES = (
+    ChangeStatus.QUEUED,
+    ChangeStatus.WAITING_FOR_IDLE,
+    ChangeStatus.APPLYING,
+    ChangeStatus.VERIFYING,
+)
+IN_FLIGHT_STATUSES = (ChangeStatus.WAITING_FOR_IDLE, ChangeStatus.APPLYING, ChangeStatus.VERIFYING)
+PROBLEM_STATUSES = (ChangeStatus.FAILED, ChangeStatus.ROLLED_BACK)

@@ -1,0 +1,47 @@
+"""The agent driver: agents pull their desired config and report back, so applying is recording and reading is
+the last report (Node fields written by the agent endpoints through the fleet services)."""
+
+from collections.abc import Mapping, Sequence
+
+from fleet.models import Node
+from worker.drivers.base import BusyPod, NodeState, NodeTarget
+
+
+class AgentDriver:
+    """Nothing to push: the active NodeChange is the agent's desired config; busy GPUs are refused by the agent."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+
+    def ensure_configs(self, *, mig_configs: Mapping[str, str], device_plugin_configs: Mapping[str, str]) -> None:
+        return None  # served from NodeChange.to_config by /api/v1/agent/desired/
+
+    def busy_pods(self, node_names: Sequence[str]) -> dict[str, list[BusyPod]]:
+        return {}  # the agent checks processes itself and answers refused_busy (issue 7 protocol)
+
+    def set_cordon(self, node_names: Sequence[str], cordoned: bool) -> dict[str, str]:
+        return {}  # no scheduler to cordon against outside Kubernetes
+
+    def evict(self, pods: Mapping[str, Sequence[BusyPod]]) -> dict[str, list[str]]:
+        return {}
+
+    def apply(self, targets: Sequence[NodeTarget]) -> dict[str, str]:
+        return {}  # the agent fetches the change on its next report
+
+    def read(self, node_names: Sequence[str]) -> dict[str, NodeState]:
+        nodes = Node.objects.filter(cluster=self.cluster, name__in=list(node_names))
+        return {
+            n.name: NodeState(
+                node_name=n.name,
+                mig_config=n.observed_mig_config,
+                mig_state=n.config_state,
+                device_plugin_config=n.observed_device_plugin_config,
+                allocatable=n.allocatable,
+                exists=n.gone_at is None,
+                error=n.last_error,
+            )
+            for n in nodes
+        }
+
+    def restart_config_manager(self, node_name: str) -> None:
+        return None

@@ -1,0 +1,88 @@
+"""Rollouts: how desired state reaches nodes, one NodeChange per node, every transition stored before it acts."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+
+from fleet.models import Node, NodePool
+from sharing.models import SharingProfile
+from worker.choices import ACTIVE_CHANGE_STATUSES, BusyPolicy, ChangeStatus, RolloutStatus, RolloutTrigger
+
+
+class Rollout(models.Model):
+    """A set of node changes toward desired state, with its strategy (batches, canary, failure stop) and status."""
+
+    title = models.CharField(max_length=300)
+    trigger = models.CharField(max_length=10, choices=RolloutTrigger.choices)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    actor_label = models.CharField(max_length=200)
+    pool = models.ForeignKey(NodePool, on_delete=models.SET_NULL, null=True, blank=True, related_name="rollouts")
+    profile = models.ForeignKey(SharingProfile, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    batch_size = models.PositiveIntegerField(default=10, help_text="Nodes changing at once (max unavailable).")
+    canary_count = models.PositiveIntegerField(default=1, help_text="Nodes that must succeed before the rest start.")
+    max_failures = models.PositiveIntegerField(default=1, help_text="Stop the rollout after this many failed nodes.")
+    busy_policy = models.CharField(max_length=10, choices=BusyPolicy.choices, default=BusyPolicy.WAIT)
+    wait_minutes = models.PositiveIntegerField(default=30, help_text="How long to wait for busy GPUs or a drain.")
+    verify_timeout_seconds = models.PositiveIntegerField(
+        default=600, help_text="`pending` longer than this counts as failed (the MIG Manager can wedge)."
+    )
+    max_attempts = models.PositiveSmallIntegerField(default=2)
+    status = models.CharField(max_length=10, choices=RolloutStatus.choices, default=RolloutStatus.RUNNING)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.CheckConstraint(condition=Q(batch_size__gte=1), name="%(app_label)s_%(class)s_batch_at_least_one"),
+            models.CheckConstraint(
+                condition=Q(max_failures__gte=1), name="%(app_label)s_%(class)s_max_failures_at_least_one"
+            ),
+        ]
+
+    def __str__(self):
+        return f"#{self.pk} {self.title}"
+
+    def get_absolute_url(self):
+        return reverse("worker:rollout_detail", args=[self.pk])
+
+
+class NodeChange(models.Model):
+    """One node's step in a rollout: from which configs to which, its state machine, attempts and last error."""
+
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="changes")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="changes")
+    position = models.PositiveIntegerField(help_text="Order within the rollout; the first ones are the canaries.")
+    profile = models.ForeignKey(SharingProfile, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    from_config = models.JSONField(default=dict, help_text="What the node ran before: the rollback target.")
+    to_config = models.JSONField(default=dict, help_text="Config names and contents to apply, expected resources.")
+    status = models.CharField(max_length=20, choices=ChangeStatus.choices, default=ChangeStatus.QUEUED)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    applied_mig_config = models.CharField(max_length=253, blank=True, help_text="The label value actually written.")
+    cordoned_by_tessera = models.BooleanField(default=False)
+    deadline = models.DateTimeField(null=True, blank=True, help_text="When waiting or verifying gives up.")
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["rollout", "position"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node"],
+                condition=Q(status__in=ACTIVE_CHANGE_STATUSES),
+                name="%(app_label)s_%(class)s_one_active_per_node",
+            ),
+            models.UniqueConstraint(fields=["rollout", "node"], name="%(app_label)s_%(class)s_node_once_per_rollout"),
+        ]
+        indexes = [models.Index(fields=["rollout", "status"]), models.Index(fields=["node", "-updated_at"])]
+
+    def __str__(self):
+        return f"{self.node} in rollout #{self.rollout_id}: {self.status}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_CHANGE_STATUSES

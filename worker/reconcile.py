@@ -1,0 +1,88 @@
+"""The level-triggered loop: compare desired with observed for every node, turn differences into rollouts."""
+
+from collections import defaultdict
+
+from django.conf import settings
+from django.db import IntegrityError
+from django.db.models import Prefetch
+from django.utils import timezone
+
+from core.audit import Actor
+from core.exceptions import ApplicationError
+from fleet.models import Gpu, Node
+from scheduling.selectors import DesiredVsObserved, desired_vs_observed
+from sharing.spec import allocatable
+from worker import services
+from worker.choices import ACTIVE_CHANGE_STATUSES, RolloutTrigger
+from worker.models import NodeChange
+
+
+def to_config(row: DesiredVsObserved) -> dict:
+    """Everything a node change needs to apply and verify, frozen at planning time (JSON)."""
+    config = row.config
+    gpus = [(g.index, g.product) for g in row.node.live_gpus]
+    return {
+        "config_id": config.config_id,
+        "profile": row.profile.name,
+        "mig_config": config.mig_config_name,
+        "mig_parted": config.mig_parted_text,
+        "device_plugin_config": config.device_plugin_key,
+        "device_plugin": config.device_plugin_text,
+        "allocatable": allocatable(row.profile.to_spec(), gpus),
+    }
+
+
+def reconcilable_nodes(queryset=None):
+    """Live, ready nodes whose observations are fresh: stale or not-ready nodes get no new changes."""
+    live_gpus = Gpu.objects.live().only("node_id", "index", "product").order_by("index")
+    queryset = queryset if queryset is not None else Node.objects.all()
+    return (
+        queryset.live()
+        .fresh()
+        .exclude(ready=False)
+        .select_related("cluster", "pool")
+        .prefetch_related(Prefetch("gpus", queryset=live_gpus, to_attr="live_gpus"))
+    )
+
+
+def plan(nodes, *, at=None) -> dict[tuple, list[services.PlannedChange]]:
+    """Drifted nodes without a change in flight, grouped by (pool, profile, source); nodes whose last attempt at
+    the same config failed are left for a human (shown as failed) instead of being retried forever."""
+    rows = [r for r in desired_vs_observed(nodes, at=at) if r.in_sync is False and r.config is not None]
+    busy = set(
+        NodeChange.objects.filter(node__in=[r.node.pk for r in rows], status__in=ACTIVE_CHANGE_STATUSES).values_list(
+            "node_id", flat=True
+        )
+    )
+    rows = [r for r in rows if r.node.pk not in busy]
+    problems = services.nodes_with_problem_for({r.node.pk: r.config.config_id for r in rows})
+    groups = defaultdict(list)
+    for row in rows:
+        if row.node.pk in problems:
+            continue
+        key = (row.node.pool, row.profile, row.source)
+        groups[key].append(services.PlannedChange(row.node, to_config(row), row.profile.pk))
+    return groups
+
+
+def reconcile(*, at=None, nodes=None) -> list[int]:
+    """One pass of the loop; returns the ids of the rollouts it created. Safe to run concurrently or repeatedly."""
+    at = at or timezone.now()
+    created = []
+    for (pool, profile, source), planned in plan(reconcilable_nodes(nodes), at=at).items():
+        trigger = RolloutTrigger.SCHEDULE if source == "schedule" else RolloutTrigger.RECONCILE
+        where = pool.name if pool else "pinned nodes"
+        try:
+            rollout = services.rollout_create(
+                actor=Actor.system("reconcile"),
+                trigger=trigger,
+                title=f"{where} → {profile.name} ({len(planned)} node{'s' if len(planned) != 1 else ''})",
+                changes=planned,
+                pool=pool,
+                profile=profile,
+                **settings.TESSERA["ROLLOUT_DEFAULTS"],
+            )
+        except (ApplicationError, IntegrityError):
+            continue  # another pass got there first; the next pass sees its changes
+        created.append(rollout.pk)
+    return created

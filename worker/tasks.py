@@ -1,0 +1,42 @@
+"""Celery tasks of the worker: the reconcile tick and the rollout steps. Thin, idempotent, taking ids."""
+
+from celery import shared_task
+from django.conf import settings
+
+from worker import reconcile as reconcile_module
+from worker import services
+from worker.choices import RolloutStatus
+from worker.models import Rollout
+
+STEP_CHUNK = 50
+
+
+@shared_task(soft_time_limit=50, time_limit=60, expires=60)
+def reconcile_tick() -> dict:
+    """Beat's tick: turn drift into rollouts, then nudge every running rollout (recovers lost step tasks)."""
+    created = reconcile_module.reconcile()
+    active = list(Rollout.objects.filter(status=RolloutStatus.RUNNING).values_list("pk", flat=True))
+    for rollout_id in active:
+        rollout_advance.delay(rollout_id)
+    return {"created": created, "advanced": len(active)}
+
+
+@shared_task(soft_time_limit=50, time_limit=60)
+def rollout_advance(rollout_id: int) -> int:
+    """Start the next nodes of a rollout (or finish it) and fan the steps out in small chunks."""
+    change_ids = services.rollout_advance(rollout_id)
+    for i in range(0, len(change_ids), STEP_CHUNK):
+        node_changes_step.delay(change_ids[i : i + STEP_CHUNK], rollout_id)
+    return len(change_ids)
+
+
+@shared_task(bind=True, soft_time_limit=110, time_limit=120)
+def node_changes_step(self, change_ids: list[int], rollout_id: int) -> dict:
+    """Step a chunk of node changes; poll again while some are in flight, advance the rollout when some finish."""
+    result = services.node_changes_step(change_ids)
+    if result.finished:
+        rollout_advance.delay(rollout_id)
+    # Run in-process (eager, in tests) a countdown cannot wait: polling is then left to the next tick.
+    if result.active and not self.request.is_eager:
+        node_changes_step.apply_async((result.active, rollout_id), countdown=settings.TESSERA["STEP_POLL_SECONDS"])
+    return {"active": len(result.active), "finished": result.finished}
