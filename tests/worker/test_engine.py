@@ -14,10 +14,10 @@ from fleet import services as fleet_services
 from fleet.models import Node
 from fleet.observations import GpuObservation, NodeObservation
 from sharing import services as sharing_services
+from tests.factories import ClusterFactory, NodePoolFactory
 from worker import reconcile, services
 from worker.choices import ChangeStatus, RolloutStatus
 from worker.models import NodeChange, Rollout
-from tests.factories import ClusterFactory, NodePoolFactory
 
 pytestmark = pytest.mark.django_db
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -27,7 +27,7 @@ def _observation(name, *, mig_config="", dp="", state="success", allocatable=Non
     gpus = tuple(
         GpuObservation(
             index=i, uuid=f"GPU-{name}-{i}", product=H100, memory_mib=81559, mig_capable=True, mig_enabled=mig
-        )  # fmt: skip
+        )
         for i in range(2)
     )
     return NodeObservation(
@@ -47,8 +47,9 @@ def fleet(admin_user):
     """An agent cluster with a pool of 5 nodes running passthrough, and a MIG profile assigned to the pool."""
     cluster = ClusterFactory(driver="agent", kubeconfig_path="")
     pool = NodePoolFactory(cluster=cluster)
-    fleet_services.inventory_record(cluster=cluster, nodes=[_observation(f"n{i}", mig_config="all-disabled",
-                                    dp="whole") for i in range(5)])  # fmt: skip
+    fleet_services.inventory_record(
+        cluster=cluster, nodes=[_observation(f"n{i}", mig_config="all-disabled", dp="whole") for i in range(5)]
+    )
     Node.objects.update(pool=pool)
     actor = Actor.for_user(admin_user)
     profile = sharing_services.profile_create(
@@ -61,8 +62,14 @@ def fleet(admin_user):
 def _report_applied(cluster, change: NodeChange, *, state="success", allocatable=None):
     """What an agent reports after applying: the config names it now runs, its state and resources."""
     to = change.to_config
-    obs = _observation(change.node.name, mig_config=change.applied_mig_config, dp=to["device_plugin_config"],
-                       state=state, allocatable=to["allocatable"] if allocatable is None else allocatable, mig=True)  # fmt: skip
+    obs = _observation(
+        change.node.name,
+        mig_config=change.applied_mig_config,
+        dp=to["device_plugin_config"],
+        state=state,
+        allocatable=to["allocatable"] if allocatable is None else allocatable,
+        mig=True,
+    )
     fleet_services.inventory_record(cluster=cluster, nodes=[obs])
 
 
@@ -201,16 +208,19 @@ def test_one_active_change_per_node_is_a_database_rule(fleet):
     change = NodeChange.objects.filter(rollout_id=rollout_id).select_related("node").first()
     with pytest.raises(ApplicationError):
         services.rollout_create(
-            actor=Actor.system(), trigger="user", title="again",
+            actor=Actor.system(),
+            trigger="user",
+            title="again",
             changes=[services.PlannedChange(change.node, change.to_config)],
-        )  # fmt: skip
+        )
 
 
 def test_stale_and_not_ready_nodes_are_not_planned(fleet):
     cluster, _, _ = fleet
     Node.objects.filter(name="n0").update(last_seen_at=timezone.now() - timedelta(hours=1))
-    fleet_services.inventory_record(cluster=cluster, nodes=[replace(_observation("n1", mig_config="all-disabled",
-                                    dp="whole"), ready=False)])  # fmt: skip
+    fleet_services.inventory_record(
+        cluster=cluster, nodes=[replace(_observation("n1", mig_config="all-disabled", dp="whole"), ready=False)]
+    )
     (rollout_id,) = reconcile.reconcile()
     names = set(NodeChange.objects.filter(rollout_id=rollout_id).values_list("node__name", flat=True))
     assert names == {"n2", "n3", "n4"}
