@@ -380,10 +380,8 @@ def mig_layout(gpu: Gpu, mig_devices) -> MigLayout:
     for device in devices:
         used.update(range(device.start, device.start + device.size))
         match = _PROFILE_RE.match(device.profile)
-        if match and device.size < 3:
-            lines = (f"{match['g']}g", match["rest"])
-        else:
-            lines = (device.profile,)
+        # Narrow blocks get the profile on two lines ("1g" over "10gb") so it fits the column.
+        lines = (f"{match['g']}g", match["rest"]) if match and device.size < 3 else (device.profile,)
         blocks.append(
             MigBlock(
                 profile=device.profile,

@@ -70,7 +70,8 @@ class Store:
         self._keys: dict[str, list[Key]] = {}
         self._history: list[Change] = []
         self._history_base = 1  # rv of self._history[0]; every rv is exactly one change
-        self._history_size = history_size
+        self._history_size = history_size  # changes kept after start-up
+        self._loaded_rv = 0
         self._uids = random.Random(seed ^ 0x5EED)
         self._normalizers: dict[str, Normalizer] = {}
         self._listeners: list[Callable[[Change], None]] = []
@@ -170,9 +171,10 @@ class Store:
     # -- writes -------------------------------------------------------------------------------------------
 
     def load(self, resource: ResourceType, objs: list[dict]) -> None:
-        """Bulk insert at start-up: resourceVersions assigned, no history (watchers start after it)."""
+        """Bulk insert at start-up, without listeners. Its ADDED events are kept until the first compaction, so a
+        watch from any object's resourceVersion works on a fresh simulator as it would on a real cluster."""
         with self._lock:
-            if self._history:
+            if self._rv != self._loaded_rv:
                 raise RuntimeError("Store.load() is for start-up, before any change is recorded")
             table = self._objects.setdefault(resource.plural, {})
             for obj in objs:
@@ -180,9 +182,11 @@ class Store:
                 self._fill_metadata(resource, obj)
                 key = self._key(resource, obj)
                 self._reindex(resource, key, None, obj)
-                table[key] = Entry(obj)
+                entry = Entry(obj)
+                table[key] = entry
+                self._history.append(Change(self._rv, "ADDED", resource, key[0], entry, None))
             self._keys[resource.plural] = sorted(table)
-            self._history_base = self._rv + 1
+            self._loaded_rv = self._rv
 
     def create(self, resource: ResourceType, obj: dict) -> dict:
         with self._lock:
@@ -312,7 +316,7 @@ class Store:
 
     def _record(self, change: Change) -> None:
         self._history.append(change)
-        if len(self._history) > self._history_size:
+        if len(self._history) > self._history_size and self._rv - self._loaded_rv > self._history_size:
             dropped = len(self._history) - self._history_size * 3 // 4
             del self._history[:dropped]
             self._history_base += dropped

@@ -8,6 +8,7 @@ from django.urls import reverse
 from fleet.models import Node, NodePool
 from sharing.models import SharingProfile
 from worker.choices import ACTIVE_CHANGE_STATUSES, BusyPolicy, ChangeStatus, RolloutStatus, RolloutTrigger
+from worker.querysets import RolloutQuerySet
 
 
 class Rollout(models.Model):
@@ -32,6 +33,8 @@ class Rollout(models.Model):
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = RolloutQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-pk"]

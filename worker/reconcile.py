@@ -86,3 +86,27 @@ def reconcile(*, at=None, nodes=None) -> list[int]:
             continue  # another pass got there first; the next pass sees its changes
         created.append(rollout.pk)
     return created
+
+
+def rollout_start(*, actor: Actor, nodes, **strategy) -> list[int]:
+    """An operator's explicit rollout: bring these nodes to their desired state now, with the given strategy.
+
+    One rollout per (pool, profile) group, like the loop; raises when nothing in scope differs from desired.
+    """
+    groups = plan(reconcilable_nodes(nodes))
+    if not groups:
+        raise ApplicationError("Nothing to roll out: these nodes already run their desired configuration.")
+    created = []
+    for (pool, profile, _source), planned in groups.items():
+        where = pool.name if pool else "pinned nodes"
+        rollout = services.rollout_create(
+            actor=actor,
+            trigger=RolloutTrigger.USER,
+            title=f"{where} → {profile.name} ({len(planned)} node{'s' if len(planned) != 1 else ''})",
+            changes=planned,
+            pool=pool,
+            profile=profile,
+            **strategy,
+        )
+        created.append(rollout.pk)
+    return created

@@ -515,8 +515,11 @@ def _fail(driver: Driver, changes: list[NodeChange], reason: str) -> None:
 
 
 def rollout_progress(rollout: Rollout) -> dict:
-    """Counts per status and the share done, for progress bars (one query)."""
-    counts = dict(rollout.changes.values_list("status").annotate(n=Count("pk")))
+    """Counts per status and the share done, for progress bars (from `with_progress()` annotations, else a query)."""
+    if hasattr(rollout, f"n_{ChangeStatus.QUEUED}"):
+        counts = {s: getattr(rollout, f"n_{s}") for s in ChangeStatus.values if getattr(rollout, f"n_{s}")}
+    else:
+        counts = dict(rollout.changes.values_list("status").annotate(n=Count("pk")))
     total = sum(counts.values())
     finished = sum(counts.get(s, 0) for s in TERMINAL)
     return {

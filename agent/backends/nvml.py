@@ -393,13 +393,12 @@ class NvmlBackend(Backend):
             raise ApplyError("; ".join(errors))
         return MigPlan(selected=mig.selected, config_text=mig.mig_parted_config, targets=tuple(targets))
 
-    def _device_counts(self, handle: Any) -> dict[str, int]:
-        """Profile counts of the MIG devices present; like `mig-parted assert`, placements do not matter."""
+    def _device_counts(self, handle: Any) -> dict[str, int] | None:
+        """Profile counts of the MIG devices present, like `mig-parted assert` (placements do not matter); None when
+        a GPU instance lacks its compute instance, which no desired layout matches."""
         instances = [gi for _, gi in self._gpu_instances(handle)]
         devices = Counter(device.profile for device in self._mig_devices(handle, instances))
-        if sum(devices.values()) != len(instances):
-            return {"<GPU instance without a compute instance>": 1}  # never equal to a desired layout
-        return dict(devices)
+        return dict(devices) if sum(devices.values()) == len(instances) else None
 
     def apply_mig(self, plan: MigPlan) -> None:
         mig_parted = self.which("nvidia-mig-parted")

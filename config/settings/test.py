@@ -1,7 +1,11 @@
 """Settings for pytest: fast hashing, tasks run in-process unless a test starts a real worker."""
 
+import os
+import tempfile
+from pathlib import Path
+
 from config.settings.base import *  # noqa: F403
-from config.settings.base import TESSERA, env
+from config.settings.base import DATABASES, TESSERA, env
 
 SECRET_KEY = "tessera-test-secret-key-not-for-production"
 DEBUG = False
@@ -15,6 +19,7 @@ STORAGES = {
 }
 TESSERA = {**TESSERA, "STALE_AFTER_SECONDS": 180}
 WHITENOISE_AUTOREFRESH = True  # serve from the finders; tests never run collectstatic
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
-    # A file, not :memory:, so a real worker process started by a test sees the same test database.
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "pytest.sqlite3")}  # noqa: F405
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not :memory:, so a real worker process started by a test sees the same test database;
+    # one per pytest process, so parallel runs never share it.
+    DATABASES["default"]["TEST"] = {"NAME": str(Path(tempfile.gettempdir()) / f"tessera-pytest-{os.getpid()}.sqlite3")}

@@ -1,11 +1,14 @@
 """The caller's identity and role, and rotation of their own API token."""
 
 from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import serializers
+from rest_framework import serializers, viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core import services
+from core.api.serializers import AuditEventSerializer
+from core.filtersets import AuditEventFilterSet
+from core.models import AuditEvent
 from core.roles import Role, user_role
 
 
@@ -30,3 +33,13 @@ class TokenRotateView(APIView):
     @extend_schema(request=None, responses=inline_serializer("TokenRotated", {"token": serializers.CharField()}))
     def post(self, request):
         return Response({"token": services.api_token_rotate(user=request.user).key})
+
+
+class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
+    """The append-only audit log: every desired-state change and rollout transition, newest first."""
+
+    queryset = AuditEvent.objects.all()
+    serializer_class = AuditEventSerializer
+    filterset_class = AuditEventFilterSet
+    search_fields = ["actor_label", "object_repr", "message"]
+    ordering_fields = ["at"]

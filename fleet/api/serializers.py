@@ -4,6 +4,7 @@ from collections import defaultdict
 from functools import cached_property
 
 from django.db import models
+from django.utils import timezone
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
@@ -221,7 +222,6 @@ class MigDeviceSerializer(serializers.ModelSerializer):
 
 _DATETIME_COLUMNS = tuple(c for c in GPU_COLUMNS if isinstance(Gpu._meta.get_field(c), models.DateTimeField))
 _JOINED = ("node_id", "node__name", "node__cluster_id", "node__cluster__name", "node__pool_id", "node__pool__name")
-_datetime = serializers.DateTimeField()
 
 
 def _detail_url_prefix(view_name, request) -> str:
@@ -237,6 +237,8 @@ def gpu_list_items(ids, *, request) -> list[dict]:
     page_devices = MigDevice.objects.filter(gpu_id__in=ids).order_by("gpu_id", "start")
     for device in page_devices.values("gpu_id", *GPU_MIG_DEVICE_COLUMNS):
         mig_devices[device.pop("gpu_id")].append(device)
+    # The zone looked up once per page, not per value (DRF's default asks the request-local zone every time).
+    as_datetime = serializers.DateTimeField(default_timezone=timezone.get_current_timezone()).to_representation
     gpu_url, node_url, cluster_url, pool_url = (
         _detail_url_prefix(name, request) for name in ("gpu-detail", "node-detail", "cluster-detail", "nodepool-detail")
     )
@@ -255,7 +257,7 @@ def gpu_list_items(ids, *, request) -> list[dict]:
             item[column] = row[column]
         for column in _DATETIME_COLUMNS:
             if item[column] is not None:
-                item[column] = _datetime.to_representation(item[column])
+                item[column] = as_datetime(item[column])
         item["mig_devices"] = mig_devices[gpu_id]
         items.append(item)
     return items

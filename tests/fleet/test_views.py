@@ -1,4 +1,4 @@
-"""HTML pages of the fleet: access, filters and HTMX partials, pagination, object pages, the MIG drawing, query counts."""
+"""Fleet pages: access, filters and HTMX partials, pagination, object pages, the MIG drawing, query counts."""
 
 import re
 from datetime import timedelta
@@ -230,7 +230,7 @@ def test_pagination_links_keep_the_filters(client_viewer):
 def _fleet(nodes: int):
     cluster = ClusterFactory()
     pool = NodePoolFactory(cluster=cluster)
-    for i in range(nodes):
+    for _ in range(nodes):
         node = NodeFactory(cluster=cluster, pool=pool, observed_mode="mig")
         for index in range(2):
             gpu = GpuFactory(node=node, index=index, mig_enabled=True)

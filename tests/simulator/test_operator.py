@@ -25,8 +25,9 @@ def label(core, node: str, key: str, value: str | None) -> None:
     core.patch_node(node, {"metadata": {"labels": {key: value}}}, _content_type=MERGE)
 
 
-def mig_states(core, node: str, change, timeout: int = 5) -> list[str]:
-    """States the node's mig.config.state label passes through after `change()`, read from a watch."""
+def mig_states(core, node: str, change, timeout: int = 5, plugin_deploy: set | None = None) -> list[str]:
+    """States the node's mig.config.state label passes through after `change()`, read from a watch; the device
+    plugin's deploy label values seen on the way are added to `plugin_deploy`."""
     rv = core.read_node(node).metadata.resource_version
     change()
     seen: list[str] = []
@@ -34,7 +35,10 @@ def mig_states(core, node: str, change, timeout: int = 5) -> list[str]:
         core.list_node, field_selector=f"metadata.name={node}", resource_version=rv, timeout_seconds=timeout
     )
     for event in stream:
-        state = event["object"].metadata.labels.get(MIG_STATE)
+        labels = event["object"].metadata.labels
+        if plugin_deploy is not None:
+            plugin_deploy.add(labels.get("nvidia.com/gpu.deploy.device-plugin"))
+        state = labels.get(MIG_STATE)
         if not seen or seen[-1] != state:
             seen.append(state)
         if len(seen) > 1 and state in ("success", "failed"):
@@ -82,12 +86,13 @@ def test_fixture_fleet_is_as_expected(sim):
 
 
 def test_mig_config_change_goes_pending_then_success(sim, core):
-    rv = core.read_node(H100_IDLE).metadata.resource_version
-    assert mig_states(core, H100_IDLE, lambda: label(core, H100_IDLE, MIG_CONFIG, "all-1g.10gb")) == [
-        "success",
-        "pending",
-        "success",
-    ]
+    deploy: set[str] = set()
+    def change():
+        label(core, H100_IDLE, MIG_CONFIG, "all-1g.10gb")
+
+    assert mig_states(core, H100_IDLE, change, plugin_deploy=deploy) == ["success", "pending", "success"]
+    # The deploy labels were paused while the GPUs were reconfigured (contracts §1.2 step 7).
+    assert deploy == {"true", "paused-for-mig-change"}
     labels = labels_of(core, H100_IDLE)
     assert labels["nvidia.com/mig-1g.10gb.count"] == "56"
     assert labels["nvidia.com/mig-1g.10gb.memory"] == "9984"
@@ -95,12 +100,6 @@ def test_mig_config_change_goes_pending_then_success(sim, core):
     assert labels["nvidia.com/gpu.replicas"] == "0"
     assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
     assert gpu_allocatable(core, H100_IDLE) == {"nvidia.com/mig-1g.10gb": "56"}
-    # The deploy labels were paused while the GPUs were reconfigured (contracts §1.2 step 7).
-    events = watch.Watch().stream(
-        core.list_node, field_selector=f"metadata.name={H100_IDLE}", resource_version=rv, timeout_seconds=1
-    )
-    paused = {e["object"].metadata.labels.get("nvidia.com/gpu.deploy.device-plugin") for e in events}
-    assert "paused-for-mig-change" in paused
     assert all(gpu["mig_enabled"] and len(gpu["mig_devices"]) == 7 for gpu in sim.state(H100_IDLE)["gpus"])
 
 
@@ -204,15 +203,12 @@ def test_a_wedged_node_also_proceeds_on_a_label_change(sim, core):
 
 def test_mig_mode_change_reboots_a_node_set_to_reboot(sim, core):
     sim.faults.update({"reboot_nodes": [H100_IDLE], "apply_delay": 0.05})
-    seen_ready = []
-
     def change():
         label(core, H100_IDLE, MIG_CONFIG, "all-1g.10gb")
 
     assert mig_states(core, H100_IDLE, change) == ["success", "pending", "rebooting", "success"]
     node = core.read_node(H100_IDLE)
-    seen_ready.append(next(c.status for c in node.status.conditions if c.type == "Ready"))
-    assert seen_ready == ["True"]
+    assert next(c.status for c in node.status.conditions if c.type == "Ready") == "True"
     # A geometry-only change needs no reset, so no reboot (contracts §1.3).
     assert mig_states(core, H100_IDLE, lambda: label(core, H100_IDLE, MIG_CONFIG, "all-balanced")) == [
         "success",

@@ -1,0 +1,18 @@
+"""Filters for the audit log: who, what, which object, when."""
+
+import django_filters
+
+from core.models import AuditEvent
+
+
+class AuditEventFilterSet(django_filters.FilterSet):
+    actor = django_filters.CharFilter(field_name="actor_label", lookup_expr="icontains", label="Who")
+    action = django_filters.CharFilter(lookup_expr="startswith", label="Action (prefix, e.g. rollout.)")
+    object_type = django_filters.CharFilter()
+    object_id = django_filters.CharFilter()
+    since = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte")
+    until = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="lt")
+
+    class Meta:
+        model = AuditEvent
+        fields = ["actor", "actor_kind", "action", "object_type", "object_id", "since", "until"]

@@ -1,0 +1,73 @@
+"""Rollout and audit API: start with a strategy, follow progress, steer, role checks, query bounds."""
+
+import pytest
+
+from core.audit import Actor
+from fleet import services as fleet_services
+from fleet.models import Node
+from sharing import services as sharing_services
+from tests.factories import ClusterFactory, NodePoolFactory
+from tests.worker.test_engine import H100, _observation
+from worker.models import Rollout
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def pool(admin_user):
+    cluster = ClusterFactory(driver="agent", kubeconfig_path="")
+    pool = NodePoolFactory(cluster=cluster)
+    fleet_services.inventory_record(
+        cluster=cluster, nodes=[_observation(f"n{i}", mig_config="all-disabled", dp="whole") for i in range(4)]
+    )
+    Node.objects.update(pool=pool)
+    actor = Actor.for_user(admin_user)
+    profile = sharing_services.profile_create(
+        actor=actor, name="mig-7", mode="mig", target_products=[H100], mig_layouts={"all": {"1g.10gb": 7}}
+    )
+    sharing_services.pool_set_profile(actor=actor, pool=pool, profile=profile)
+    return pool
+
+
+def test_operator_starts_follows_and_steers_a_rollout(pool, operator_api, viewer_api, django_assert_max_num_queries):
+    body = {"pool": pool.pk, "batch_size": 2, "canary_count": 1, "busy_policy": "drain"}
+    assert viewer_api.post("/api/v1/rollouts/", body, format="json").status_code == 403
+    response = operator_api.post("/api/v1/rollouts/", body, format="json")
+    assert response.status_code == 201, response.json()
+    (created,) = response.json()
+    assert created["progress"]["total"] == 4 and created["busy_policy"] == "drain"
+
+    with django_assert_max_num_queries(6):
+        listed = viewer_api.get("/api/v1/rollouts/?active=true").json()
+    assert [r["id"] for r in listed["results"]] == [created["id"]]
+    detail = viewer_api.get(f"/api/v1/rollouts/{created['id']}/").json()
+    assert len(detail["changes"]) == 4 and detail["changes"][0]["mig_config"].startswith("tessera-mig-")
+
+    assert operator_api.post(f"/api/v1/rollouts/{created['id']}/pause/").json()["status"] == "paused"
+    again = operator_api.post(f"/api/v1/rollouts/{created['id']}/pause/")
+    assert again.status_code == 409 and "cannot be pause" in again.json()["message"]
+    assert operator_api.post(f"/api/v1/rollouts/{created['id']}/cancel/").json()["status"] == "cancelled"
+
+    changes = viewer_api.get(f"/api/v1/node-changes/?rollout={created['id']}&status=cancelled").json()
+    assert changes["count"] == 4
+
+
+def test_nothing_to_roll_out_and_bad_input(pool, operator_api):
+    operator_api.post("/api/v1/rollouts/", {"pool": pool.pk}, format="json")
+    nothing = operator_api.post("/api/v1/rollouts/", {"pool": pool.pk}, format="json")
+    assert nothing.status_code == 400 and "Nothing to roll out" in nothing.json()["message"]
+    bad = operator_api.post(
+        "/api/v1/rollouts/", {"pool": pool.pk, "batch_size": 0, "busy_policy": "yolo"}, format="json"
+    )
+    assert bad.status_code == 400 and set(bad.json()["errors"]) == {"batch_size", "busy_policy"}
+    assert Rollout.objects.count() == 1
+
+
+def test_audit_log_filters(pool, viewer_api, operator_api, api_client):
+    operator_api.post("/api/v1/rollouts/", {"pool": pool.pk}, format="json")
+    assert api_client.get("/api/v1/audit-events/").status_code == 401
+    events = viewer_api.get("/api/v1/audit-events/?action=rollout.").json()["results"]
+    assert [e["action"] for e in events] == ["rollout.create"]
+    assert events[0]["actor_label"] == "operator"
+    profile_events = viewer_api.get("/api/v1/audit-events/?object_type=sharingprofile").json()
+    assert profile_events["count"] == 1

@@ -1,0 +1,76 @@
+"""Rollout endpoints: list and follow them; operators start, pause, resume and cancel them."""
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from core.audit import Actor
+from core.roles import Role
+from fleet.models import Node
+from worker import reconcile, services
+from worker.api import serializers
+from worker.filtersets import NodeChangeFilterSet, RolloutFilterSet
+from worker.models import NodeChange, Rollout
+
+
+class RolloutViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Rollouts, newest first; the detail lists every node change."""
+
+    queryset = Rollout.objects.select_related("pool", "profile").with_progress().order_by("-created_at", "-pk")
+    filterset_class = RolloutFilterSet
+    ordering_fields = ["created_at", "status"]
+    search_fields = ["title"]
+    write_role = Role.OPERATOR
+
+    def get_queryset(self):
+        queryset = super().get_queryset()
+        if self.action == "retrieve":
+            queryset = queryset.prefetch_related("changes__node")
+        return queryset
+
+    def get_serializer_class(self):
+        if self.action == "create":
+            return serializers.RolloutStartSerializer
+        return serializers.RolloutDetailSerializer if self.action == "retrieve" else serializers.RolloutSerializer
+
+    @extend_schema(request=serializers.RolloutStartSerializer, responses=serializers.RolloutSerializer(many=True))
+    def create(self, request, *args, **kwargs):
+        body = serializers.RolloutStartSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = dict(body.validated_data)
+        pool, nodes = data.pop("pool", None), data.pop("nodes", None)
+        scope = pool.nodes.all() if pool else Node.objects.filter(pk__in=[n.pk for n in nodes])
+        ids = reconcile.rollout_start(actor=Actor.from_request(request), nodes=scope, **data)
+        rollouts = Rollout.objects.filter(pk__in=ids).select_related("pool", "profile").with_progress()
+        output = serializers.RolloutSerializer(rollouts, many=True, context=self.get_serializer_context())
+        return Response(output.data, status=status.HTTP_201_CREATED)
+
+    def _steer(self, request, service):
+        rollout = service(actor=Actor.from_request(request), rollout=self.get_object())
+        return Response(serializers.RolloutSerializer(rollout, context=self.get_serializer_context()).data)
+
+    @extend_schema(request=None, responses=serializers.RolloutSerializer)
+    @action(detail=True, methods=["post"])
+    def pause(self, request, pk=None):
+        """Start no new nodes; those changing finish."""
+        return self._steer(request, services.rollout_pause)
+
+    @extend_schema(request=None, responses=serializers.RolloutSerializer)
+    @action(detail=True, methods=["post"])
+    def resume(self, request, pk=None):
+        return self._steer(request, services.rollout_resume)
+
+    @extend_schema(request=None, responses=serializers.RolloutSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel nodes not yet applying; nodes mid-apply finish and are verified."""
+        return self._steer(request, services.rollout_cancel)
+
+
+class NodeChangeViewSet(viewsets.ReadOnlyModelViewSet):
+    """Node changes across rollouts: a node's change history, or a rollout's nodes by state."""
+
+    queryset = NodeChange.objects.select_related("node").order_by("-updated_at", "-pk")
+    serializer_class = serializers.NodeChangeSerializer
+    filterset_class = NodeChangeFilterSet
