@@ -236,7 +236,7 @@ class SimNvml:
         for gpu in self.gpus:
             self._register(gpu.handle, gpu)
 
-    # -- handles ----------------------------------------------------------------------------------------------------
+    # -- handles -----------------------------------------------------------------------------------------------------
 
     def _register(self, struct: ctypes.Structure, obj: Any) -> None:
         self._objects[ctypes.addressof(struct)] = obj
@@ -267,7 +267,7 @@ class SimNvml:
             raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return profile
 
-    # -- controls for tests and the demo ---------------------------------------------------------------------------
+    # -- controls for tests and the demo -----------------------------------------------------------------------------
 
     def start_process(
         self,
@@ -347,7 +347,7 @@ class SimNvml:
         gpu.gpu_instances = []
         gpu.ecc_volatile = [0, 0]
 
-    # -- the simulated workload and the metrics that follow it ------------------------------------------------------
+    # -- the simulated workload and the metrics that follow it -------------------------------------------------------
 
     def _workload(self, gpu: SimGpu) -> list[SimProcess]:
         """Background jobs: in each 5-minute window a GPU (or MIG device) runs one job or none, by the seed."""
@@ -522,7 +522,7 @@ class SimNvml:
     def nvmlDeviceSetPersistenceMode(self, handle: Any, mode: int) -> None:
         self._gpu(handle).persistence = mode
 
-    # -- MIG mode and GPU instances (§1.3, §4.1, §6) -------------------------------------------------------------------
+    # -- MIG mode and GPU instances (§1.3, §4.1, §6) -----------------------------------------------------------------
 
     def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
         gpu = self._mig_capable_gpu(handle)
@@ -625,7 +625,7 @@ class SimNvml:
         self._forget(gi.handle)
         return pynvml.NVML_SUCCESS
 
-    # -- compute instances and MIG devices -------------------------------------------------------------------------------
+    # -- compute instances and MIG devices ---------------------------------------------------------------------------
 
     def nvmlGpuInstanceGetComputeInstanceProfileInfo(
         self, gpu_instance: Any, profile: int, engine_profile: int, version: int = 2
@@ -713,7 +713,7 @@ class SimNvml:
         attributes.memorySizeMB = profile.memory_mib
         return attributes
 
-    # -- events --------------------------------------------------------------------------------------------------------
+    # -- events ------------------------------------------------------------------------------------------------------
 
     def nvmlEventSetCreate(self) -> Any:
         self.nvmlDeviceGetCount()
@@ -781,7 +781,8 @@ class SimTools:
 
     def _compute_policy(self, argv: list[str], args: list[str]) -> subprocess.CompletedProcess:
         if len(args) != 5 or args[1] != "-i" or args[3] != "--set-timeslice":
-            return subprocess.CompletedProcess(argv, 2, "", "usage: nvidia-smi compute-policy -i <id> --set-timeslice N")
+            usage = "usage: nvidia-smi compute-policy -i <id> --set-timeslice N"
+            return subprocess.CompletedProcess(argv, 2, "", usage)
         gpu = self._find(args[2])
         if gpu is None or args[4] not in ("0", "1", "2", "3"):
             return subprocess.CompletedProcess(argv, 2, "", f"Invalid device or timeslice: {args[2]} {args[4]}")

@@ -10,6 +10,7 @@ api_v1 = [
     path("", include("core.api.urls")),
     path("", include("fleet.api.urls")),
     path("", include("sharing.api.urls")),
+    path("", include("scheduling.api.urls")),
     path("", include("worker.api.urls")),
 ]
 

@@ -13,3 +13,12 @@ class TimeSliceInterval(models.TextChoices):
     SHORT = "short", "Short"
     MEDIUM = "medium", "Medium"
     LONG = "long", "Long"
+
+
+class BusyPolicy(models.TextChoices):
+    """What to do when a MIG change meets pods holding GPUs on the node (MIG Manager never drains, §1.2)."""
+
+    WAIT = "wait", "Wait until idle (up to the wait limit)"
+    DRAIN = "drain", "Cordon and evict the pods"
+    SKIP = "skip", "Skip the node"
+    FORCE = "force", "Apply anyway"

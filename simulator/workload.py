@@ -125,7 +125,8 @@ def pod_object(
                     "started": True,
                     "image": c["image"],
                     "imageID": c["image"].split(":")[0] + "@sha256:" + hashlib.sha256(c["image"].encode()).hexdigest(),
-                    "containerID": "containerd://" + hashlib.sha256(f"{namespace}/{name}/{c['name']}".encode()).hexdigest(),
+                    "containerID": "containerd://"
+                    + hashlib.sha256(f"{namespace}/{name}/{c['name']}".encode()).hexdigest(),
                     "state": {"running": {"startedAt": started}},
                 }
                 for c in containers

@@ -17,15 +17,6 @@ class RolloutTrigger(models.TextChoices):
     RECONCILE = "reconcile", "Reconcile loop"
 
 
-class BusyPolicy(models.TextChoices):
-    """What to do when a MIG change meets pods holding GPUs on the node (MIG Manager never drains, §1.2)."""
-
-    WAIT = "wait", "Wait until idle (up to the wait limit)"
-    DRAIN = "drain", "Cordon and evict the pods"
-    SKIP = "skip", "Skip the node"
-    FORCE = "force", "Apply anyway"
-
-
 class ChangeStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
     WAITING_FOR_IDLE = "waiting_for_idle", "Waiting for idle"

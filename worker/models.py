@@ -6,8 +6,9 @@ from django.db.models import Q
 from django.urls import reverse
 
 from fleet.models import Node, NodePool
+from sharing.choices import BusyPolicy
 from sharing.models import SharingProfile
-from worker.choices import ACTIVE_CHANGE_STATUSES, BusyPolicy, ChangeStatus, RolloutStatus, RolloutTrigger
+from worker.choices import ACTIVE_CHANGE_STATUSES, ChangeStatus, RolloutStatus, RolloutTrigger
 from worker.querysets import RolloutQuerySet
 
 

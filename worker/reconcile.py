@@ -60,7 +60,7 @@ def plan(nodes, *, at=None) -> dict[tuple, list[services.PlannedChange]]:
     for row in rows:
         if row.node.pk in problems:
             continue
-        key = (row.node.pool, row.profile, row.source)
+        key = (row.node.pool, row.profile, row.source, row.schedule if row.source == "schedule" else None)
         groups[key].append(services.PlannedChange(row.node, to_config(row), row.profile.pk))
     return groups
 
@@ -69,18 +69,22 @@ def reconcile(*, at=None, nodes=None) -> list[int]:
     """One pass of the loop; returns the ids of the rollouts it created. Safe to run concurrently or repeatedly."""
     at = at or timezone.now()
     created = []
-    for (pool, profile, source), planned in plan(reconcilable_nodes(nodes), at=at).items():
+    for (pool, profile, source, schedule), planned in plan(reconcilable_nodes(nodes), at=at).items():
         trigger = RolloutTrigger.SCHEDULE if source == "schedule" else RolloutTrigger.RECONCILE
         where = pool.name if pool else "pinned nodes"
+        strategy = dict(settings.TESSERA["ROLLOUT_DEFAULTS"])
+        if schedule is not None:
+            strategy.update(busy_policy=schedule.busy_policy, wait_minutes=schedule.wait_minutes)
+        actor = Actor.schedule(schedule.name) if schedule is not None else Actor.system("reconcile")
         try:
             rollout = services.rollout_create(
-                actor=Actor.system("reconcile"),
+                actor=actor,
                 trigger=trigger,
                 title=f"{where} → {profile.name} ({len(planned)} node{'s' if len(planned) != 1 else ''})",
                 changes=planned,
                 pool=pool,
                 profile=profile,
-                **settings.TESSERA["ROLLOUT_DEFAULTS"],
+                **strategy,
             )
         except (ApplicationError, IntegrityError):
             continue  # another pass got there first; the next pass sees its changes
@@ -97,7 +101,7 @@ def rollout_start(*, actor: Actor, nodes, **strategy) -> list[int]:
     if not groups:
         raise ApplicationError("Nothing to roll out: these nodes already run their desired configuration.")
     created = []
-    for (pool, profile, _source), planned in groups.items():
+    for (pool, profile, _source, _schedule), planned in groups.items():
         where = pool.name if pool else "pinned nodes"
         rollout = services.rollout_create(
             actor=actor,

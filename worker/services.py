@@ -18,11 +18,11 @@ from core.audit import Actor, audit_record
 from core.exceptions import ApplicationError
 from core.models import AuditEvent
 from fleet.models import Node
+from sharing.choices import BusyPolicy
 from worker.choices import (
     ACTIVE_CHANGE_STATUSES,
     IN_FLIGHT_STATUSES,
     PROBLEM_STATUSES,
-    BusyPolicy,
     ChangeStatus,
     RolloutStatus,
 )

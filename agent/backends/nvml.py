@@ -191,18 +191,15 @@ class NvmlBackend(Backend):
             utilization_pct=float(utilization.gpu) if utilization is not None else None,
             temperature_c=_metric(nv.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU),
             power_w=power_mw / 1000 if power_mw is not None else None,
-            ecc_sbe_total=_metric(
-                nv.nvmlDeviceGetTotalEccErrors, handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC
-            ),
-            ecc_dbe_total=_metric(
-                nv.nvmlDeviceGetTotalEccErrors,
-                handle,
-                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                pynvml.NVML_VOLATILE_ECC,
-            ),
+            ecc_sbe_total=self._ecc_errors(handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+            ecc_dbe_total=self._ecc_errors(handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
             compute_mode=COMPUTE_MODES.get(_metric(nv.nvmlDeviceGetComputeMode, handle)),
             persistence_mode=persistence == pynvml.NVML_FEATURE_ENABLED if persistence is not None else None,
         )
+
+    def _ecc_errors(self, handle: Any, error_type: int) -> int | None:
+        """Errors since the last reset or reboot, the counters dcgm-exporter exports as *_VOL_TOTAL (§10)."""
+        return _metric(self.nvml.nvmlDeviceGetTotalEccErrors, handle, error_type, pynvml.NVML_VOLATILE_ECC)
 
     def _numa_node(self, handle: Any, pci_bus_id: str) -> int | None:
         try:
@@ -369,7 +366,7 @@ class NvmlBackend(Backend):
                 try:
                     result = validate_layout(get_product(name), devices)
                 except UnknownProductError:
-                    errors.append(f"GPU {index}: {name} is not in Tessera's MIG catalog, so its layout cannot be placed")
+                    errors.append(f"GPU {index}: {name} is not in Tessera's MIG catalog, so no layout can be placed")
                     continue
                 if not result.valid:
                     errors.append(f"GPU {index}: " + "; ".join(result.errors))
@@ -529,7 +526,8 @@ class NvmlBackend(Backend):
 
     def _set_compute_mode(self, handle: Any, index: int, mode: int) -> None:
         if self.nvml.nvmlDeviceGetComputeMode(handle) != mode:
-            self._call(f"GPU {index}: set compute mode {COMPUTE_MODES[mode]}", self.nvml.nvmlDeviceSetComputeMode, handle, mode)
+            what = f"GPU {index}: set compute mode {COMPUTE_MODES[mode]}"
+            self._call(what, self.nvml.nvmlDeviceSetComputeMode, handle, mode)
 
     def apply_mps(self, mps: MpsSettings | None) -> None:
         nv = self.nvml
@@ -551,7 +549,8 @@ class NvmlBackend(Backend):
         percentage = mps.default_active_thread_percentage or max(1, 100 // mps.replicas)
         commands = [f"set_default_active_thread_percentage {percentage}"]
         for index, handle in gpus:
-            limit = mps.pinned_device_memory_limit_mib or nv.nvmlDeviceGetMemoryInfo(handle).total // MIB // mps.replicas
+            total_mib = nv.nvmlDeviceGetMemoryInfo(handle).total // MIB
+            limit = mps.pinned_device_memory_limit_mib or total_mib // mps.replicas
             commands.append(f"set_default_device_pinned_mem_limit {index} {limit}M")
         for command in commands:
             self._check_run(f"nvidia-cuda-mps-control {command}", [control], input=command + "\n")

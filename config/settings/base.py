@@ -137,6 +137,14 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # Tags and operation ids from the resource (`gpus`, `gpus_list`), not from the version prefix.
     "SCHEMA_PATH_PREFIX": r"/api/v[0-9]+",
+    # One component name per fleet choice set, whichever field uses it (observed_mode, a profile's mode...).
+    "ENUM_NAME_OVERRIDES": {
+        "ClusterDriverEnum": "fleet.choices.ClusterDriver",
+        "ConfigStateEnum": "fleet.choices.ConfigState",
+        "ConnectionStateEnum": "fleet.choices.ConnectionState",
+        "GpuHealthEnum": "fleet.choices.GpuHealth",
+        "SharingModeEnum": "fleet.choices.SharingMode",
+    },
 }
 
 # Celery: the embedded default needs no broker server (kombu's filesystem transport, see stack-notes).

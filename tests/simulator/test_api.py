@@ -176,7 +176,9 @@ def test_merge_patch_with_stale_resource_version_conflicts(core):
     rv = core.read_node("gpu-node-0006").metadata.resource_version
     core.patch_node("gpu-node-0006", {"metadata": {"labels": {"a": "1"}}}, _content_type=MERGE)
     with pytest.raises(ApiException) as error:
-        core.patch_node("gpu-node-0006", {"metadata": {"resourceVersion": rv, "labels": {"b": "2"}}}, _content_type=MERGE)
+        core.patch_node(
+            "gpu-node-0006", {"metadata": {"resourceVersion": rv, "labels": {"b": "2"}}}, _content_type=MERGE
+        )
     assert error.value.status == 409
 
 

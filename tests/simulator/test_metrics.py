@@ -35,7 +35,7 @@ def test_metrics_cover_every_gpu_with_dcgm_labels(sim):
     whole_gpu_rows = families["DCGM_FI_DEV_GPU_TEMP"]  # a device-level metric: one row per physical GPU
     assert len(whole_gpu_rows) == sum(len(n.gpus) for n in sim.nodes.values())
     row = whole_gpu_rows[0]
-    assert GPU_LABELS <= set(row.labels)
+    assert set(row.labels) >= GPU_LABELS
     node = sim.nodes[row.labels["Hostname"]]
     gpu = node.gpus[int(row.labels["gpu"])]
     assert (row.labels["UUID"], row.labels["pci_bus_id"]) == (gpu.uuid, gpu.pci_bus_id)

@@ -87,6 +87,7 @@ def test_fixture_fleet_is_as_expected(sim):
 
 def test_mig_config_change_goes_pending_then_success(sim, core):
     deploy: set[str] = set()
+
     def change():
         label(core, H100_IDLE, MIG_CONFIG, "all-1g.10gb")
 
@@ -145,10 +146,15 @@ def test_layout_that_does_not_fit_fails_after_pending(sim, core, custom):
 
 
 def test_edited_mig_parted_configmap_is_read_at_the_next_apply(sim, core, custom):
-    mig_configmap(core, "tessera-mig", {"day": [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}]})
+    mig_configmap(
+        core, "tessera-mig", {"day": [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}]}
+    )
     point_mig_manager_at(custom, sim, "tessera-mig")
     text = yaml.safe_dump(
-        {"version": "v1", "mig-configs": {"day": [{"devices": "all", "mig-enabled": True, "mig-devices": {"7g.80gb": 1}}]}}
+        {
+            "version": "v1",
+            "mig-configs": {"day": [{"devices": "all", "mig-enabled": True, "mig-devices": {"7g.80gb": 1}}]},
+        }
     )
     core.patch_namespaced_config_map("tessera-mig", "gpu-operator", {"data": {"config.yaml": text}})
     assert mig_states(core, H100_IDLE, lambda: label(core, H100_IDLE, MIG_CONFIG, "day"))[-1] == "success"
@@ -187,7 +193,11 @@ def test_deleting_the_mig_manager_pod_unwedges_the_node(sim, core):
     label(core, H100_IDLE, MIG_CONFIG, "all-balanced")
     assert sim.settle() and mig_state(core, H100_IDLE) == "pending"
     selector = f"spec.nodeName={H100_IDLE}"
-    pod = next(p for p in core.list_namespaced_pod("gpu-operator", field_selector=selector).items if "mig-manager" in p.metadata.name)
+    pod = next(
+        p
+        for p in core.list_namespaced_pod("gpu-operator", field_selector=selector).items
+        if "mig-manager" in p.metadata.name
+    )
     core.delete_namespaced_pod(pod.metadata.name, "gpu-operator")
     assert sim.settle() and mig_state(core, H100_IDLE) == "success"
     names = {p.metadata.name for p in core.list_namespaced_pod("gpu-operator", field_selector=selector).items}
@@ -203,6 +213,7 @@ def test_a_wedged_node_also_proceeds_on_a_label_change(sim, core):
 
 def test_mig_mode_change_reboots_a_node_set_to_reboot(sim, core):
     sim.faults.update({"reboot_nodes": [H100_IDLE], "apply_delay": 0.05})
+
     def change():
         label(core, H100_IDLE, MIG_CONFIG, "all-1g.10gb")
 
@@ -254,7 +265,9 @@ def test_each_mig_capable_node_publishes_its_generated_config(sim, core):
     generated = next(cm for cm in configmaps if cm.metadata.name == f"{H100_IDLE}-mig-config")
     assert generated.metadata.labels["nvidia.com/node-name"] == H100_IDLE
     configs = yaml.safe_load(generated.data["config.yaml"])["mig-configs"]
-    assert {"all-disabled", "all-enabled", "all-balanced", "all-1g.10gb", "all-1g.10gb.me", "all-7g.80gb"} <= set(configs)
+    assert {"all-disabled", "all-enabled", "all-balanced", "all-1g.10gb", "all-1g.10gb.me", "all-7g.80gb"} <= set(
+        configs
+    )
     assert configs["all-balanced"][0]["mig-devices"] == {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
     assert configs["all-1g.20gb"][0]["mig-devices"] == {"1g.20gb": 4}
 
@@ -299,15 +312,15 @@ def test_unknown_plugin_config_key_breaks_the_plugin_until_fixed(sim, core):
     label(core, L4, PLUGIN_CONFIG, "time-sliced-4")
     assert sim.settle()
     assert gpu_allocatable(core, L4) == {"nvidia.com/gpu": "16"}
-    assert all(s.ready for s in core.read_namespaced_pod(plugin_pod.metadata.name, "gpu-operator").status.container_statuses)
+    assert all(
+        s.ready for s in core.read_namespaced_pod(plugin_pod.metadata.name, "gpu-operator").status.container_statuses
+    )
 
 
 def test_edited_plugin_config_is_not_noticed_until_the_plugin_restarts(sim, core):
     label(core, L4, PLUGIN_CONFIG, "time-sliced-4")
     assert sim.settle()
-    eight = (
-        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 8\n"
-    )
+    eight = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 8\n"
     core.patch_namespaced_config_map("device-plugin-config", "gpu-operator", {"data": {"time-sliced-4": eight}})
     assert sim.settle()
     assert gpu_allocatable(core, L4) == {"nvidia.com/gpu": "16"}
@@ -343,7 +356,9 @@ def test_changing_the_plugin_configmap_in_the_cluster_policy_restarts_plugins(si
         "gpu-operator",
         client.V1ConfigMap(
             metadata=client.V1ObjectMeta(name="tessera-plugin"),
-            data={"ts-2": "version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - {name: nvidia.com/gpu, replicas: 2}\n"},
+            data={
+                "ts-2": "version: v1\nsharing:\n  timeSlicing:\n    resources: [{name: nvidia.com/gpu, replicas: 2}]\n"
+            },
         ),
     )
     custom.patch_cluster_custom_object(

@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from core.api.fields import RefField
 from fleet.models import Node, NodePool
-from worker.choices import BusyPolicy
+from sharing.choices import BusyPolicy
 from worker.models import NodeChange, Rollout
 from worker.services import rollout_progress
 

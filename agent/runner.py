@@ -1,0 +1,313 @@
+"""The agent's loop: register once, then report every interval and apply what the server wants (ARCHITECTURE §4).
+
+State lives in the state directory: `credential.json` (mode 0600; reused on restart, so the one-time join token is
+needed only once) and `applied.json` (the config the node runs, valid until the next boot: MIG layouts, the MPS
+daemon and time-slice lengths do not survive one, §1.3, §5).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from agent import AGENT_VERSION
+from agent.backends.base import ApplyError, Backend, BusyError, NodeSnapshot
+from agent.client import AuthError, RejectedError, ServerClient, TransientError
+from agent.protocol import AppliedState, DesiredConfig, Outcome, RegisterRequest, Report, XidEvent
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # --once and the cycle failed
+EXIT_USAGE = 2  # bad arguments, no way to register, or no NVIDIA driver
+EXIT_AUTH = 3  # the server refused the join token or the credential
+DEFAULT_INTERVAL_S = 30
+MAX_BACKOFF_S = 300
+CREDENTIAL_FILE = "credential.json"
+APPLIED_FILE = "applied.json"
+
+
+@dataclass(frozen=True)
+class Credential:
+    """What registration gave this node; the credential itself never appears in a repr or a log line."""
+
+    server: str
+    node_id: int
+    credential: str = field(repr=False)
+    node_name: str = ""
+    interval_seconds: int | None = None
+
+
+def _write_private(path: Path, data: dict) -> None:
+    """Write JSON only the owner can read (0600), atomically, so a crash never leaves half a file."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        os.fchmod(file.fileno(), 0o600)  # O_CREAT's mode does not apply to a file that already existed
+        json.dump(data, file)
+    os.replace(temporary, path)
+
+
+def load_credential(state_dir: Path, server: str) -> Credential | None:
+    """The stored credential for this server, or None (none stored, or one for another server)."""
+    try:
+        data = json.loads((state_dir / CREDENTIAL_FILE).read_text())
+        credential = Credential(**data)
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"{state_dir / CREDENTIAL_FILE} is damaged ({error}); remove it and register again") from None
+    return credential if credential.server.rstrip("/") == server.rstrip("/") else None
+
+
+def save_credential(state_dir: Path, credential: Credential) -> None:
+    _write_private(state_dir / CREDENTIAL_FILE, asdict(credential))
+
+
+def load_applied(state_dir: Path, boot_id: str) -> AppliedState | None:
+    """What this node applied since it booted; after a reboot nothing of it is in force any more."""
+    try:
+        data = json.loads((state_dir / APPLIED_FILE).read_text())
+        if data.get("boot_id") != boot_id:
+            return None
+        return AppliedState.from_dict(data["applied"])
+    except (FileNotFoundError, ValueError, KeyError, AttributeError):
+        return None  # missing or unreadable: the server will send the config again
+
+
+def save_applied(state_dir: Path, boot_id: str, applied: AppliedState) -> None:
+    _write_private(state_dir / APPLIED_FILE, {"boot_id": boot_id, "applied": applied.to_dict()})
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    server: str
+    state_dir: Path
+    join_token: str | None = field(default=None, repr=False)
+    interval: float | None = None  # None: what the server said at registration
+    hostname: str | None = None  # None: the backend's (the simulated node's, or this host's)
+    once: bool = False
+
+
+class Agent:
+    """One node's agent: a level-triggered loop, safe to stop at any point and to restart."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        backend: Backend,
+        *,
+        stop: threading.Event | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        log: logging.Logger | None = None,
+    ):
+        self.settings = settings
+        self.backend = backend
+        self.stop = stop or threading.Event()
+        self.clock = clock
+        self.log = log or logging.getLogger("agent")
+        self.credential = load_credential(settings.state_dir, settings.server)
+        self.applied: AppliedState | None = None
+        self._applied_loaded = False
+        self._snapshot: NodeSnapshot | None = None
+        self._xids: list[XidEvent] = []  # read from NVML, not yet accepted by the server
+        self._unsent_outcome: Outcome | None = None
+        self._attempted: tuple[str, int | None] | None = None
+        self._waiting: tuple[tuple[str, int | None], float] | None = None
+
+    @property
+    def interval(self) -> float:
+        if self.settings.interval:
+            return self.settings.interval
+        if self.credential and self.credential.interval_seconds:
+            return self.credential.interval_seconds
+        return DEFAULT_INTERVAL_S
+
+    # -- the loop ---------------------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Loop until stopped (or one cycle with `once`); returns the process exit code."""
+        if self.credential is None and not self.settings.join_token:
+            self.log.error(
+                "no stored credential in %s and no join token: pass --join-token, --join-token-file or set "
+                "TESSERA_JOIN_TOKEN",
+                self.settings.state_dir,
+            )
+            return EXIT_USAGE
+        failures = 0
+        while not self.stop.is_set():
+            delay = self.interval
+            try:
+                self.cycle()
+                failures = 0
+            except AuthError as error:
+                refused = "agent credential" if self.credential else "join token"
+                self.log.error("the server refused the %s: %s", refused, error)
+                return EXIT_AUTH
+            except TransientError as error:
+                failures += 1
+                delay = min(self.interval * 2 ** (failures - 1), max(MAX_BACKOFF_S, self.interval))
+                retry = "" if self.settings.once else f"; retrying in {delay:.0f} s"
+                self.log.warning("server unreachable: %s%s", error, retry)
+            except RejectedError as error:
+                failures += 1
+                self.log.error("the server rejected the request: %s", error)
+            except Exception as error:  # a broken GPU or a full disk must not end the loop: report next time
+                failures += 1
+                self.log.error("cycle failed: %s: %s", type(error).__name__, error)
+                self.log.debug("cycle failure", exc_info=True)
+            if self.settings.once:
+                return EXIT_FAILED if failures else EXIT_OK
+            self.stop.wait(delay)
+        return EXIT_OK
+
+    def cycle(self) -> None:
+        """Report once; when the server wants another config, fetch it, apply it and report the outcome."""
+        snapshot = self._take_snapshot()
+        client = self._client(snapshot)
+        if self._unsent_outcome is not None:
+            client.outcome(self._unsent_outcome)
+            self._unsent_outcome = None
+        self._xids.extend(self.backend.drain_xid_events())
+        report = self._report(snapshot, tuple(self._xids))
+        wanted = client.report(report).desired_config_id
+        del self._xids[: len(report.xid_events)]
+        self.log.debug("reported %d GPU(s); desired config %s", len(snapshot.gpus), wanted)
+        if wanted is None or wanted == self._applied_id:
+            self._waiting = None
+            return
+        desired = client.desired()
+        key = (desired.config_id, desired.change_id)
+        if desired.config_id == self._applied_id or key == self._attempted:
+            return  # each change is tried once; the server retries with a new change_id
+        result = self._apply(desired, key)
+        if result is None:
+            return  # waiting for busy GPUs to become idle
+        status, message = result
+        self._attempted = key
+        log = self.log.info if status == "succeeded" else self.log.warning
+        log("config %s (change %s) %s: %s", desired.config_id, desired.change_id, status, message)
+        self._unsent_outcome = Outcome(desired.change_id, desired.config_id, status, message, self._fresh_report())
+        client.outcome(self._unsent_outcome)
+        self._unsent_outcome = None
+
+    # -- helpers ----------------------------------------------------------------------------------------------------
+
+    @property
+    def _applied_id(self) -> str | None:
+        return self.applied.config_id if self.applied else None
+
+    def _take_snapshot(self) -> NodeSnapshot:
+        self._snapshot = self.backend.snapshot()
+        if not self._applied_loaded:
+            self.applied = load_applied(self.settings.state_dir, self._snapshot.boot_id)
+            self._applied_loaded = True
+        return self._snapshot
+
+    def _client(self, snapshot: NodeSnapshot) -> ServerClient:
+        if self.credential is None:
+            request = RegisterRequest(self.settings.join_token, self._hostname(snapshot), AGENT_VERSION)
+            answer = ServerClient(self.settings.server).register(request)
+            self.credential = Credential(
+                self.settings.server, answer.node_id, answer.credential, answer.node_name, answer.interval_seconds
+            )
+            save_credential(self.settings.state_dir, self.credential)
+            self.log.info("registered as node %s (id %s)", answer.node_name, answer.node_id)
+        return ServerClient(self.settings.server, credential=self.credential.credential)
+
+    def _hostname(self, snapshot: NodeSnapshot) -> str:
+        return self.settings.hostname or snapshot.hostname
+
+    def _report(self, snapshot: NodeSnapshot, xid_events: tuple[XidEvent, ...]) -> Report:
+        return Report(
+            agent_version=AGENT_VERSION,
+            hostname=self._hostname(snapshot),
+            driver_version=snapshot.driver_version,
+            cuda_version=snapshot.cuda_version,
+            numa_nodes=snapshot.numa_nodes,
+            gpus=snapshot.gpus,
+            xid_events=xid_events,
+            host=snapshot.host,
+            applied=self.applied,
+        )
+
+    def _fresh_report(self) -> Report:
+        """The outcome's report: state after the apply; XID events stay with /report/ (agent/protocol.py)."""
+        return self._report(self._take_snapshot(), ())
+
+    def _busy_summary(self, busy: list[tuple[str, int]]) -> str:
+        index = {gpu.uuid: gpu.index for gpu in self._snapshot.gpus}
+        pids: dict[str, list[int]] = {}
+        for uuid, pid in busy:
+            pids.setdefault(uuid, []).append(pid)
+        held = ", ".join(
+            f"GPU {index.get(uuid, uuid)} (pid {', '.join(map(str, sorted(found)))})" for uuid, found in pids.items()
+        )
+        return f"compute processes hold {held}"
+
+    def _apply(self, desired: DesiredConfig, key: tuple[str, int | None]) -> tuple[str, str] | None:
+        """Apply a desired config: (status, message) for the outcome, or None while waiting for idle GPUs."""
+        if desired.mps is not None and desired.time_slice is not None:
+            return "failed", "MPS and time-slicing are mutually exclusive on a node (contracts §3.2)"
+        previous = self.applied or AppliedState(config_id="")
+        try:
+            plan = self.backend.plan_mig(desired.mig) if desired.mig else None  # refuses before touching anything
+            mps_change = desired.mps != previous.mps
+            touched = {target.uuid for target in plan.changed} if plan else set()
+            if mps_change:
+                touched |= {gpu.uuid for gpu in self._snapshot.gpus}  # one MPS daemon serves every GPU (§3.3)
+            busy = self.backend.busy_processes(sorted(touched))
+            if busy and desired.safety.busy_policy == "wait":
+                now = self.clock()
+                if self._waiting is None or self._waiting[0] != key:
+                    self._waiting = (key, now + desired.safety.wait_seconds)
+                if now < self._waiting[1]:
+                    self.log.info("config %s waits for idle GPUs: %s", desired.config_id, self._busy_summary(busy))
+                    return None
+                self._waiting = None
+                return "refused_busy", f"{self._busy_summary(busy)}; the safety policy is to wait"
+            if busy:
+                self.log.warning("forcing config %s: %s", desired.config_id, self._busy_summary(busy))
+            self._waiting = None
+
+            done = []
+            if mps_change and previous.mps is not None:
+                self.backend.apply_mps(None)  # before MIG changes: MPS and MIG do not mix (§3.3)
+                done.append("MPS stopped")
+            if plan and plan.changed:
+                self.backend.apply_mig(plan)
+                gpus = ", ".join(str(target.index) for target in plan.changed)
+                done.append(f"MIG config {plan.selected} on GPU {gpus}")
+            if desired.persistence_mode is not None:
+                self.backend.set_persistence_mode(desired.persistence_mode)
+                done.append(f"persistence mode {'on' if desired.persistence_mode else 'off'}")
+            if desired.time_slice is not None:
+                self.backend.set_time_slice(desired.time_slice.interval)
+                done.append(f"time slice {desired.time_slice.interval}")
+            elif previous.time_slice is not None:
+                self.backend.set_time_slice("default")
+                done.append("time slice back to default")
+            if mps_change and desired.mps is not None:
+                self.backend.apply_mps(desired.mps)
+                done.append(f"MPS for {desired.mps.replicas} clients per GPU")
+        except BusyError as error:
+            return "refused_busy", str(error)
+        except ApplyError as error:
+            return "failed", str(error)
+        except Exception as error:  # NVML or the OS failed mid-way: the outcome says so, the report shows the state
+            self.log.debug("apply failure", exc_info=True)
+            return "failed", f"{type(error).__name__}: {error}"
+        self.applied = AppliedState(
+            config_id=desired.config_id,
+            mig_selected=desired.mig.selected if desired.mig else None,
+            mps=desired.mps,
+            time_slice=desired.time_slice,
+            persistence_mode=desired.persistence_mode,
+        )
+        save_applied(self.settings.state_dir, self._snapshot.boot_id, self.applied)
+        return "succeeded", "; ".join(done) or "already in place"

@@ -1,0 +1,93 @@
+"""Schedules as JSON, windows and exception dates nested; transitions with UTC and local times."""
+
+import zoneinfo
+
+from rest_framework import serializers
+
+from core.api.fields import RefField
+from fleet.models import NodePool
+from scheduling.models import Schedule, ScheduleException, ScheduleWindow
+from sharing.models import SharingProfile
+
+
+class ScheduleWindowSerializer(serializers.ModelSerializer):
+    profile = RefField("sharingprofile-detail", queryset=SharingProfile.objects.all())
+    weekdays = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=6), allow_empty=False)
+
+    class Meta:
+        model = ScheduleWindow
+        fields = ["name", "weekdays", "start", "end", "profile"]
+
+
+class ScheduleExceptionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ScheduleException
+        fields = ["date", "note"]
+
+
+class ScheduleSerializer(serializers.ModelSerializer):
+    """A pool's schedule; writing `windows` or `exceptions` replaces them as a whole."""
+
+    pool = RefField("nodepool-detail", queryset=NodePool.objects.all())
+    baseline_profile = RefField("sharingprofile-detail", queryset=SharingProfile.objects.all(), allow_null=True,
+                                required=False)  # fmt: skip
+    windows = ScheduleWindowSerializer(many=True)
+    exceptions = ScheduleExceptionSerializer(many=True, required=False)
+
+    class Meta:
+        model = Schedule
+        fields = ["id", "url", "pool", "name", "time_zone", "baseline_profile", "busy_policy", "wait_minutes",
+                  "enabled", "windows", "exceptions", "created_at", "updated_at"]  # fmt: skip
+        extra_kwargs = {"time_zone": {"validators": []}}
+
+    def validate_time_zone(self, value):
+        if value not in zoneinfo.available_timezones():
+            raise serializers.ValidationError(f"{value!r} is not an IANA time zone (e.g. Europe/Berlin).")
+        return value
+
+
+class DayNightSerializer(serializers.Serializer):
+    """The day/night preset: one window on weekdays, the night profile outside it."""
+
+    pool = serializers.PrimaryKeyRelatedField(queryset=NodePool.objects.all())
+    day_profile = serializers.PrimaryKeyRelatedField(queryset=SharingProfile.objects.all())
+    night_profile = serializers.PrimaryKeyRelatedField(queryset=SharingProfile.objects.all())
+    time_zone = serializers.CharField()
+    day_start = serializers.TimeField(default="08:00")
+    day_end = serializers.TimeField(default="20:00")
+    weekdays = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=6), default=[0, 1, 2, 3, 4])
+
+    validate_time_zone = ScheduleSerializer.validate_time_zone
+
+
+class TransitionSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    local = serializers.SerializerMethodField()
+    schedule = RefField("schedule-detail", read_only=True)
+    pool = serializers.SerializerMethodField()
+    from_profile = RefField("sharingprofile-detail", read_only=True)
+    to_profile = RefField("sharingprofile-detail", read_only=True)
+    nodes = serializers.IntegerField()
+
+    def get_local(self, t) -> str:
+        return t.local.isoformat()
+
+    def get_pool(self, t) -> str:
+        return t.schedule.pool.name
+
+
+class TransitionRangeSerializer(serializers.Serializer):
+    start = serializers.DateTimeField(required=False)
+    end = serializers.DateTimeField(required=False)
+
+    def validate(self, attrs):
+        start, end = attrs.get("start"), attrs.get("end")
+        if start and end and not start < end:
+            raise serializers.ValidationError({"end": ["end must be after start."]})
+        if start and end and (end - start).days > 62:
+            raise serializers.ValidationError({"end": ["Ask for at most 62 days at a time."]})
+        return attrs
+
+
+class UpcomingSerializer(serializers.Serializer):
+    hours = serializers.IntegerField(min_value=1, max_value=24 * 31, default=48)

@@ -1,0 +1,84 @@
+"""Schedule endpoints: CRUD and the day/night preset (admins), transitions of one schedule and of the fleet."""
+
+from datetime import timedelta
+
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.audit import Actor
+from scheduling import selectors, services
+from scheduling.api import serializers
+from scheduling.models import Schedule
+
+
+def _rows(data: dict) -> dict:
+    """Nested serializer output → keyword arguments for the services."""
+    values = dict(data)
+    values.pop("pool", None)
+    if "windows" in values:
+        values["windows"] = [dict(w) for w in values["windows"]]
+    if "exceptions" in values:
+        values["exceptions"] = [dict(e) for e in values["exceptions"]]
+    return values
+
+
+class ScheduleViewSet(viewsets.ModelViewSet):
+    """Schedules per pool; NVIDIA and calendar rules checked by the services with a message per field."""
+
+    queryset = Schedule.objects.select_related("pool", "baseline_profile").prefetch_related(
+        "windows__profile", "exceptions"
+    )
+    serializer_class = serializers.ScheduleSerializer
+    filterset_fields = ["pool", "enabled"]
+    search_fields = ["name"]
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        serializer.instance = services.schedule_create(
+            actor=Actor.from_request(self.request), pool=data["pool"], **_rows(data)
+        )
+
+    def perform_update(self, serializer):
+        serializer.instance = services.schedule_update(
+            actor=Actor.from_request(self.request), schedule=serializer.instance, **_rows(serializer.validated_data)
+        )
+
+    def perform_destroy(self, instance):
+        services.schedule_delete(actor=Actor.from_request(self.request), schedule=instance)
+
+    @extend_schema(request=serializers.DayNightSerializer, responses=serializers.ScheduleSerializer)
+    @action(detail=False, methods=["post"], url_path="day-night")
+    def day_night(self, request):
+        """Create the day/night preset for a pool: a plain schedule with one weekday window."""
+        body = serializers.DayNightSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        schedule = services.schedule_create_day_night(actor=Actor.from_request(request), **body.validated_data)
+        return Response(self.get_serializer(schedule).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        parameters=[serializers.TransitionRangeSerializer], responses=serializers.TransitionSerializer(many=True)
+    )
+    @action(detail=True, methods=["get"])
+    def transitions(self, request, pk=None):
+        """When this schedule switches profiles between `start` and `end` (default: the next 7 days)."""
+        query = serializers.TransitionRangeSerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        start = query.validated_data.get("start") or timezone.now()
+        end = query.validated_data.get("end") or start + timedelta(days=7)
+        items = selectors.schedule_transitions(self.get_object(), start, end)
+        return Response(serializers.TransitionSerializer(items, many=True, context=self.get_serializer_context()).data)
+
+
+class UpcomingTransitionsView(APIView):
+    """The fleet's schedule changes in the next hours, with the number of nodes each switches."""
+
+    @extend_schema(parameters=[serializers.UpcomingSerializer], responses=serializers.TransitionSerializer(many=True))
+    def get(self, request):
+        query = serializers.UpcomingSerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        items = selectors.upcoming_transitions(hours=query.validated_data["hours"])
+        return Response(serializers.TransitionSerializer(items, many=True, context={"request": request}).data)

@@ -1,0 +1,153 @@
+"""Writes of schedules: validated as a whole (windows, zone, overlaps, profiles fitting the pool), audited."""
+
+from datetime import time
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from core.audit import Actor, audit_record
+from core.exceptions import ApplicationError
+from fleet.models import NodePool
+from scheduling import windows
+from scheduling.models import Schedule, ScheduleException, ScheduleWindow
+from sharing.services import nodes_validation_errors
+from sharing.signals import desired_state_changed
+
+SCHEDULE_FIELDS = ("name", "time_zone", "baseline_profile", "busy_policy", "wait_minutes", "enabled")
+
+
+def schedule_snapshot(schedule: Schedule) -> dict:
+    """The whole schedule as JSON, for audit before/after."""
+    return {
+        "name": schedule.name,
+        "time_zone": schedule.time_zone,
+        "baseline_profile": schedule.baseline_profile.name if schedule.baseline_profile else None,
+        "busy_policy": schedule.busy_policy,
+        "wait_minutes": schedule.wait_minutes,
+        "enabled": schedule.enabled,
+        "windows": [
+            {
+                "name": w.name,
+                "weekdays": w.weekdays,
+                "start": f"{w.start:%H:%M}",
+                "end": f"{w.end:%H:%M}",
+                "profile": w.profile.name,
+            }  # fmt: skip
+            for w in schedule.windows.select_related("profile")
+        ],
+        "exceptions": [str(e.date) for e in schedule.exceptions.all()],
+    }
+
+
+def _check(schedule: Schedule, window_rows: list[dict], exception_rows: list[dict]) -> None:
+    errors: dict[str, list[str]] = {}
+    try:
+        schedule.full_clean(exclude=["pool"])
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    for i, row in enumerate(window_rows):
+        days = row.get("weekdays") or []
+        if not days or any(not isinstance(d, int) or not 0 <= d <= 6 for d in days):
+            errors.setdefault(f"windows[{i}].weekdays", []).append(
+                "Pick at least one weekday (0 = Monday … 6 = Sunday)."
+            )
+    if errors:
+        raise ApplicationError("The schedule is not valid.", errors=errors)
+    calendar = windows.Calendar(
+        tz=schedule.time_zone,
+        windows=tuple(
+            windows.Window(frozenset(r["weekdays"]), r["start"], r["end"], r["profile"].pk, r.get("name", ""))
+            for r in window_rows
+        ),
+        baseline=schedule.baseline_profile_id,
+        exceptions=frozenset(r["date"] for r in exception_rows),
+    )
+    problems = windows.validate(calendar)
+    if problems:
+        raise ApplicationError(problems[0], errors={"windows": problems})
+    nodes = schedule.pool.nodes.live()
+    profiles = {r["profile"] for r in window_rows} | ({schedule.baseline_profile} - {None})
+    for profile in profiles:
+        misfits = nodes_validation_errors(profile.to_spec(), nodes)
+        if misfits:
+            raise ApplicationError(
+                f"{profile.name} does not fit {len(misfits)} node(s) of pool {schedule.pool.name}.",
+                errors={"windows": [f"{profile.name}: {name}: {msg}" for name, msg in misfits[:5]]},
+            )
+
+
+def _replace_rows(schedule: Schedule, window_rows, exception_rows) -> None:
+    schedule.windows.all().delete()
+    ScheduleWindow.objects.bulk_create(ScheduleWindow(schedule=schedule, **row) for row in window_rows)
+    schedule.exceptions.all().delete()
+    ScheduleException.objects.bulk_create(ScheduleException(schedule=schedule, **row) for row in exception_rows)
+
+
+@transaction.atomic
+def schedule_create(*, actor: Actor, pool: NodePool, windows: list[dict], exceptions=(), **values) -> Schedule:
+    """Give a pool its schedule; from the next reconcile its nodes follow the window active at that moment."""
+    if Schedule.objects.filter(pool=pool).exists():
+        raise ApplicationError(f"Pool {pool.name} already has a schedule; edit it instead.", status=409)
+    schedule = Schedule(pool=pool, **{k: v for k, v in values.items() if k in SCHEDULE_FIELDS})
+    _check(schedule, list(windows), list(exceptions))
+    schedule.save()
+    _replace_rows(schedule, windows, exceptions)
+    audit_record(actor=actor, action="schedule.create", obj=schedule, after=schedule_snapshot(schedule))
+    desired_state_changed.send(sender=Schedule)
+    return schedule
+
+
+@transaction.atomic
+def schedule_update(*, actor: Actor, schedule: Schedule, windows=None, exceptions=None, **values) -> Schedule:
+    """Change a schedule; windows and exceptions, when given, replace the old ones as a whole."""
+    schedule = Schedule.objects.select_for_update().get(pk=schedule.pk)
+    before = schedule_snapshot(schedule)
+    for key in SCHEDULE_FIELDS:
+        if key in values:
+            setattr(schedule, key, values[key])
+    window_rows = list(windows) if windows is not None else _rows_of(schedule)
+    exception_rows = list(exceptions) if exceptions is not None else [
+        {"date": e.date, "note": e.note} for e in schedule.exceptions.all()
+    ]  # fmt: skip
+    _check(schedule, window_rows, exception_rows)
+    schedule.save()
+    _replace_rows(schedule, window_rows, exception_rows)
+    after = schedule_snapshot(schedule)
+    if after != before:
+        audit_record(actor=actor, action="schedule.update", obj=schedule, before=before, after=after)
+        desired_state_changed.send(sender=Schedule)
+    return schedule
+
+
+def _rows_of(schedule: Schedule) -> list[dict]:
+    return [
+        {"name": w.name, "weekdays": w.weekdays, "start": w.start, "end": w.end, "profile": w.profile}
+        for w in schedule.windows.select_related("profile")
+    ]
+
+
+@transaction.atomic
+def schedule_delete(*, actor: Actor, schedule: Schedule) -> None:
+    """The pool goes back to its default profile."""
+    audit_record(actor=actor, action="schedule.delete", obj=schedule, before=schedule_snapshot(schedule))
+    schedule.delete()
+    desired_state_changed.send(sender=Schedule)
+
+
+def schedule_create_day_night(
+    *, actor: Actor, pool: NodePool, day_profile, night_profile, time_zone: str,
+    day_start: time = time(8), day_end: time = time(20), weekdays=(0, 1, 2, 3, 4), **values,
+) -> Schedule:  # fmt: skip
+    """The day/night preset: `day_profile` in working hours on weekdays, `night_profile` otherwise — a plain
+    schedule with one window, editable like any other."""
+    return schedule_create(
+        actor=actor,
+        pool=pool,
+        name=values.pop("name", f"{pool.name} day/night"),
+        time_zone=time_zone,
+        baseline_profile=night_profile,
+        windows=[
+            {"name": "day", "weekdays": list(weekdays), "start": day_start, "end": day_end, "profile": day_profile}
+        ],
+        **values,
+    )

@@ -1,0 +1,134 @@
+"""A test double of the server's agent endpoints (stdlib http.server), speaking agent/protocol.py strictly."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from agent.backends.simulated import SimulatedBackend
+from agent.protocol import (
+    DESIRED_PATH,
+    OUTCOME_PATH,
+    REGISTER_PATH,
+    REPORT_PATH,
+    DesiredConfig,
+    Outcome,
+    RegisterRequest,
+    Report,
+)
+
+JOIN_TOKEN = "join-3f9a1c77"
+
+
+class FakeTessera:
+    """Registers nodes, records reports and outcomes, serves one desired config; every body is parsed strictly."""
+
+    def __init__(self):
+        self.join_tokens = {JOIN_TOKEN}
+        self.credentials: dict[str, int] = {}
+        self.registrations: list[RegisterRequest] = []
+        self.reports: list[Report] = []
+        self.outcomes: list[Outcome] = []
+        self.desired_fetches = 0
+        self.desired: DesiredConfig | None = None
+        self.interval_seconds = 7
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def revoke_all(self):
+        self.credentials.clear()
+
+    def _handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status, body):
+                raw = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def _body(self):
+                return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"null")
+
+            def _node(self):
+                auth = self.headers.get("Authorization", "")
+                node = fake.credentials.get(auth.removeprefix("Bearer ")) if auth.startswith("Bearer ") else None
+                if node is None:
+                    self._send(401, {"message": "Agent credential revoked or unknown.", "errors": {}})
+                return node
+
+            def do_POST(self):
+                with fake.lock:
+                    if self.path == REGISTER_PATH:
+                        request = RegisterRequest.from_dict(self._body())
+                        if request.join_token not in fake.join_tokens:
+                            return self._send(403, {"message": "Join token expired or already used.", "errors": {}})
+                        fake.join_tokens.discard(request.join_token)  # one-time
+                        fake.registrations.append(request)
+                        node_id = len(fake.registrations)
+                        credential = f"cred-{node_id}-b7d01e"
+                        fake.credentials[credential] = node_id
+                        body = {
+                            "node_id": node_id,
+                            "node_name": request.hostname,
+                            "credential": credential,
+                            "interval_seconds": fake.interval_seconds,
+                        }
+                        return self._send(201, body)
+                    if self._node() is None:
+                        return None
+                    if self.path == REPORT_PATH:
+                        fake.reports.append(Report.from_dict(self._body()))
+                        desired = fake.desired.config_id if fake.desired else None
+                        return self._send(200, {"desired_config_id": desired})
+                    if self.path == OUTCOME_PATH:
+                        fake.outcomes.append(Outcome.from_dict(self._body()))
+                        return self._send(200, {})
+                    return self._send(404, {"message": "Not found.", "errors": {}})
+
+            def do_GET(self):
+                with fake.lock:
+                    if self._node() is None:
+                        return None
+                    if self.path == DESIRED_PATH and fake.desired is not None:
+                        fake.desired_fetches += 1
+                        return self._send(200, fake.desired.to_dict())
+                    return self._send(404, {"message": "No desired config.", "errors": {}})
+
+        return Handler
+
+
+@pytest.fixture
+def fake_server():
+    fake = FakeTessera()
+    fake.thread.start()
+    yield fake
+    fake.server.shutdown()
+    fake.server.server_close()
+
+
+@pytest.fixture
+def make_backend():
+    """Simulated backends without the background workload, so processes appear only when a test starts them."""
+    backends = []
+
+    def make(**options):
+        options.setdefault("workload", False)
+        options.setdefault("gpus", 2)
+        backend = SimulatedBackend(**options)
+        backends.append(backend)
+        return backend
+
+    yield make
+    for backend in backends:
+        if backend.sim._initialized:
+            backend.close()

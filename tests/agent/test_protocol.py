@@ -1,0 +1,87 @@
+"""The wire contract: every message survives to_dict → JSON → from_dict unchanged, and bad input names its field."""
+
+import dataclasses
+import json
+import types
+import typing
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent import protocol
+from agent.protocol import DesiredConfig, ErrorBody, ProtocolError, RegisterRequest, RegisterResponse, Report
+
+MESSAGES = [
+    cls
+    for cls in vars(protocol).values()
+    if isinstance(cls, type) and issubclass(cls, protocol.Message) and cls is not protocol.Message
+]
+
+
+def strategy_for(tp):
+    """Values of a protocol type; finite floats so equality means something."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return st.one_of(*(strategy_for(arg) for arg in typing.get_args(tp)))
+    if origin is typing.Literal:
+        return st.sampled_from(typing.get_args(tp))
+    if origin is tuple:
+        return st.lists(strategy_for(typing.get_args(tp)[0]), max_size=3).map(tuple)
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        return st.builds(tp, **{f.name: strategy_for(hints[f.name]) for f in dataclasses.fields(tp)})
+    return {
+        type(None): st.none(),
+        int: st.integers(min_value=-(2**40), max_value=2**40),
+        float: st.floats(allow_nan=False, allow_infinity=False),
+        str: st.text(max_size=12),
+        bool: st.booleans(),
+        dict: st.dictionaries(st.text(max_size=5), st.lists(st.text(max_size=5), max_size=2), max_size=2),
+    }[tp]
+
+
+@pytest.mark.parametrize("message_type", MESSAGES, ids=lambda cls: cls.__name__)
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_every_message_round_trips_through_json(message_type, data):
+    message = data.draw(strategy_for(message_type))
+    assert message_type.from_dict(json.loads(json.dumps(message.to_dict()))) == message
+    assert message_type.from_dict(message.to_dict()) == message
+
+
+def test_the_contract_covers_the_endpoints_and_messages_of_the_brief():
+    assert protocol.REGISTER_PATH == "/api/v1/agent/register/"
+    assert protocol.REPORT_PATH == "/api/v1/agent/report/"
+    assert protocol.DESIRED_PATH == "/api/v1/agent/desired/"
+    assert protocol.OUTCOME_PATH == "/api/v1/agent/outcome/"
+    assert [f.name for f in dataclasses.fields(Report)] == [
+        "agent_version", "hostname", "driver_version", "cuda_version", "numa_nodes", "gpus", "xid_events", "host",
+        "applied",
+    ]  # fmt: skip
+    assert [f.name for f in dataclasses.fields(DesiredConfig)] == [
+        "config_id", "change_id", "mig", "mps", "time_slice", "persistence_mode", "safety",
+    ]  # fmt: skip
+
+
+def test_secrets_stay_out_of_reprs():
+    assert "tok-secret" not in repr(RegisterRequest("tok-secret", "node-1", "0.1.0"))
+    assert "cred-secret" not in repr(RegisterResponse(4, "node-1", "cred-secret", 30))
+
+
+def test_missing_and_mistyped_fields_are_named():
+    with pytest.raises(ProtocolError, match=r"RegisterResponse.credential is required"):
+        RegisterResponse.from_dict({"node_id": 1, "node_name": "n", "interval_seconds": 30})
+    with pytest.raises(ProtocolError, match=r"RegisterResponse.node_id must be int, not '1'"):
+        RegisterResponse.from_dict({"node_id": "1", "node_name": "n", "credential": "c", "interval_seconds": 30})
+    with pytest.raises(ProtocolError, match=r"DesiredConfig.time_slice.interval must be one of default, short"):
+        DesiredConfig.from_dict({"config_id": "c", "change_id": None, "time_slice": {"interval": "forever"}})
+    with pytest.raises(ProtocolError, match=r"must be int, not True"):
+        RegisterResponse.from_dict({"node_id": True, "node_name": "n", "credential": "c", "interval_seconds": 30})
+
+
+def test_unknown_keys_are_ignored_and_defaults_fill_in():
+    desired = DesiredConfig.from_dict({"config_id": "cfg-1", "change_id": 9, "added_later": {"x": 1}})
+    assert desired.safety.busy_policy == "wait" and desired.safety.wait_seconds == 0
+    assert desired.mig is None and desired.mps is None and desired.persistence_mode is None
+    assert ErrorBody.from_dict({"message": "nope"}).errors == {}

@@ -1,0 +1,28 @@
+from django.contrib import admin
+
+from worker.models import NodeChange, Rollout
+
+
+class NodeChangeInline(admin.TabularInline):
+    model = NodeChange
+    fields = ("node", "status", "attempts", "applied_mig_config", "error")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+
+@admin.register(Rollout)
+class RolloutAdmin(admin.ModelAdmin):
+    """Read-mostly for support: steer rollouts through the UI or API so every transition is audited."""
+
+    list_display = ("__str__", "trigger", "status", "actor_label", "created_at", "finished_at")
+    list_filter = ("status", "trigger")
+    inlines = [NodeChangeInline]
+
+
+@admin.register(NodeChange)
+class NodeChangeAdmin(admin.ModelAdmin):
+    list_display = ("node", "rollout", "status", "attempts", "updated_at")
+    list_filter = ("status",)
+    raw_id_fields = ("node", "rollout")
+    search_fields = ("node__name",)
