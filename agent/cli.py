@@ -41,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     simulated.add_argument("--seed", type=int, default=0, help="makes UUIDs, workload and metrics reproducible")
     simulated.add_argument("--product", default=DEFAULT_PRODUCT, help=f"GPU model (default {DEFAULT_PRODUCT})")
     simulated.add_argument("--gpus", type=int, default=8, help="GPUs on the simulated node (1-16, default 8)")
+    simulated.add_argument("--no-workload", action="store_true", help="no simulated jobs: GPUs stay idle")
     return parser
 
 
@@ -80,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.simulate:
-            backend = SimulatedBackend(seed=args.seed, product=args.product, gpus=args.gpus)
+            backend = SimulatedBackend(
+                seed=args.seed, product=args.product, gpus=args.gpus, workload=not args.no_workload
+            )
         else:
             backend = NvmlBackend()
     except pynvml.NVMLError as error:

@@ -43,12 +43,14 @@ def start_fleet(
     products: Sequence[str] = (DEFAULT_PRODUCT,),
     gpus: int = 8,
     interval: float | None = None,
+    workload: bool = True,
 ) -> Fleet:
     """Start `count` agents, seeds first_seed…, each with its own state dir and a product from `products` in turn."""
     stop_event = threading.Event()
     fleet = Fleet([], [], stop_event)
     for seed in range(first_seed, first_seed + count):
-        backend = SimulatedBackend(seed=seed, product=products[(seed - first_seed) % len(products)], gpus=gpus)
+        product = products[(seed - first_seed) % len(products)]
+        backend = SimulatedBackend(seed=seed, product=product, gpus=gpus, workload=workload)
         hostname = backend.sim.host.hostname()
         settings = AgentSettings(server, Path(state_root) / hostname, join_token, interval)
         agent = Agent(settings, backend, stop=stop_event, log=logging.getLogger(f"agent.{hostname}"))
@@ -76,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--product", action="append", dest="products", help="repeat to mix models")
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--interval", type=float)
+    parser.add_argument("--no-workload", action="store_true", help="no simulated jobs: GPUs stay idle")
     args = parser.parse_args(argv)
     if not args.server or not args.join_token:
         parser.error("--server and --join-token (or TESSERA_SERVER and TESSERA_JOIN_TOKEN) are required")
@@ -89,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         products=args.products or (DEFAULT_PRODUCT,),
         gpus=args.gpus,
         interval=args.interval,
+        workload=not args.no_workload,
     )
     try:
         while any(thread.is_alive() for thread in fleet.threads):

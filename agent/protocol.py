@@ -7,9 +7,11 @@ of the wrong type raises `ProtocolError` naming the field.
 Endpoints (under the server's base URL):
 
 - `POST /api/v1/agent/register/` — body `RegisterRequest` {join_token, hostname, agent_version}, no credential.
-  → 201 `RegisterResponse` {node_id, node_name, credential, interval_seconds}. The join token is one-time; the
-  credential can only read and report for its own node and is sent as `Authorization: Bearer <credential>` on every
-  call below.
+  → 201 `RegisterResponse` {node_id, node_name, credential, interval_seconds}. A node registers once: the join token
+  (one per cluster, shared by its nodes, e.g. a DaemonSet's Secret, until it expires) is traded for a per-node
+  credential that can only read and report for its own node; registering the same hostname again (its state was
+  lost) gets the same node and a new credential. The credential is sent as `Authorization: Bearer <credential>` on
+  every call below. 401/403 here: the join token is wrong, expired or revoked.
 - `POST /api/v1/agent/report/` — body `Report`: inventory and metrics of every GPU, host settings, the config the
   node runs (`applied`) and the XID events seen since the last successful report. → 200 `ReportResponse`
   {desired_config_id}: null when the server has nothing for the node; when it differs from `applied.config_id` the

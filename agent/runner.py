@@ -139,6 +139,15 @@ class Agent:
                 self.settings.state_dir,
             )
             return EXIT_USAGE
+        state_dir = self.settings.state_dir
+        try:
+            state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as error:
+            self.log.error("cannot create the state directory %s: %s", state_dir, error.strerror)
+            return EXIT_USAGE
+        if not os.access(state_dir, os.W_OK):  # else every cycle would register anew and lose the credential
+            self.log.error("the state directory %s is not writable", state_dir)
+            return EXIT_USAGE
         failures = 0
         while not self.stop.is_set():
             delay = self.interval
@@ -207,6 +216,11 @@ class Agent:
         if not self._applied_loaded:
             self.applied = load_applied(self.settings.state_dir, self._snapshot.boot_id)
             self._applied_loaded = True
+        if self.applied and self.applied.mps and not self.backend.mps_running():
+            # The daemon died (with the agent's container, or on its own): report the config as not in force,
+            # so the server's next answer has it applied again.
+            self.log.warning("the MPS control daemon is not running; config %s is no longer in force", self._applied_id)
+            self.applied = self._attempted = None
         return self._snapshot
 
     def _client(self, snapshot: NodeSnapshot) -> ServerClient:

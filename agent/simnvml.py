@@ -35,7 +35,7 @@ DRIVER_VERSION = "570.133.20"
 CUDA_DRIVER_VERSION = 12080
 NOT_AVAILABLE = 0xFFFFFFFF
 WORKLOAD_WINDOW_S = 300
-WORKLOAD_BUSY_CHANCE = 0.35
+WORKLOAD_BUSY_CHANCE = 0.1  # per GPU and window: most changes find their GPUs idle, some wait
 TDP_W = {"ampere": 400, "hopper": 700, "blackwell": 1000, "ada-lovelace": 350, "turing": 70}
 IDLE_W = 60
 # Compute-instance profile index -> compute slices it spans.
@@ -350,21 +350,21 @@ class SimNvml:
     # -- the simulated workload and the metrics that follow it -------------------------------------------------------
 
     def _workload(self, gpu: SimGpu) -> list[SimProcess]:
-        """Background jobs: in each 5-minute window a GPU (or MIG device) runs one job or none, by the seed."""
+        """Background jobs: in each 5-minute window a GPU runs one job (on one of its MIG devices) or none."""
         if not self.workload:
             return []
-        window = int(self.clock() // WORKLOAD_WINDOW_S)
-        rng = random.Random(f"{self.seed}/{gpu.index}/{window}")
+        rng = random.Random(f"{self.seed}/{gpu.index}/{int(self.clock() // WORKLOAD_WINDOW_S)}")
+        if rng.random() >= WORKLOAD_BUSY_CHANCE:
+            return []
+        gi_id = ci_id = None
+        memory_mib = gpu.product.memory_mib
         if gpu.mig_current:
-            slots = [(ci.gpu_instance.id, ci.id, ci.gpu_instance.profile.memory_mib) for ci in gpu.compute_instances]
-        else:
-            slots = [(None, None, gpu.product.memory_mib)]
-        jobs = []
-        for gi_id, ci_id, memory_mib in slots:
-            if rng.random() < WORKLOAD_BUSY_CHANCE:
-                pid = rng.randrange(100000, 4000000)
-                jobs.append(SimProcess(pid, gpu.index, int(memory_mib * rng.uniform(0.2, 0.9)), gi_id, ci_id))
-        return jobs
+            if not gpu.compute_instances:
+                return []
+            ci = rng.choice(gpu.compute_instances)
+            gi_id, ci_id, memory_mib = ci.gpu_instance.id, ci.id, ci.gpu_instance.profile.memory_mib
+        pid = rng.randrange(100000, 4000000)
+        return [SimProcess(pid, gpu.index, int(memory_mib * rng.uniform(0.2, 0.9)), gi_id, ci_id)]
 
     def _processes(self, gpu: SimGpu) -> list[SimProcess]:
         return [process for process in self.processes if process.gpu_index == gpu.index] + self._workload(gpu)
@@ -802,6 +802,8 @@ class SimTools:
             words = line.split()
             if words == ["quit"]:
                 mps.running = False
+            elif words == ["get_server_list"]:
+                continue  # no MPS server runs until a client connects
             elif len(words) == 2 and words[0] == "set_default_active_thread_percentage" and words[1].isdigit():
                 if not 1 <= int(words[1]) <= 100:
                     return subprocess.CompletedProcess(argv, 1, "", f"Invalid percentage {words[1]}")

@@ -1,4 +1,4 @@
-"""One FilterSet per fleet model, shared by the HTML list views and the API: the same query string means the same rows."""
+"""One FilterSet per fleet model, shared by the HTML lists and the API: the same query string means the same rows."""
 
 import django_filters
 from django.db.models import Exists, OuterRef, Q

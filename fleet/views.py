@@ -29,8 +29,13 @@ def _node_table(request) -> dict:
     }
 
 
+def _wants_fragment(request) -> bool:
+    # htmx restoring a page missing from its history cache asks with HX-Request too, but needs the whole page.
+    return bool(request.htmx) and not request.htmx.history_restore_request
+
+
 def _render_table(request, template: str, partial: str, context: dict):
-    return render(request, f"{template}#{partial}" if request.htmx else template, context)
+    return render(request, f"{template}#{partial}" if _wants_fragment(request) else template, context)
 
 
 @login_required
@@ -40,7 +45,7 @@ def overview(request):
     """The fleet at a glance: totals, what needs attention, and the node table (filtered in place over HTMX)."""
     context = _node_table(request)
     context["table_url"] = request.path
-    if not request.htmx:
+    if not _wants_fragment(request):
         context["stats"] = selectors.fleet_overview()
     return _render_table(request, "fleet/overview.html", "node-table", context)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import threading
@@ -15,38 +16,85 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m simulator",
         description="Emulated Kubernetes API server (HTTPS) with NVIDIA's GPU Operator behaviour on a seeded GPU "
         "fleet. kubectl and the official Python client work against it with the kubeconfig it writes.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.add_argument("--port", type=int, default=6443, help="TCP port to listen on (0 picks a free one)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on; also put in the certificate")
-    parser.add_argument("--nodes", type=int, default=20, help="number of GPU nodes to generate")
-    parser.add_argument("--seed", type=int, default=1, help="seed for the fleet, workload, metrics and faults")
-    parser.add_argument("--write-kubeconfig", metavar="PATH", help="where to write the kubeconfig (default: state dir)")
-    parser.add_argument("--state-dir", help="directory for the certificate (default: a temporary one, removed on exit)")
-    parser.add_argument("--token", help="bearer token clients must send (default: random, in the kubeconfig)")
-    parser.add_argument(
-        "--apply-delay", type=float, default=1.0, help="seconds per MIG Manager step (pending -> success)"
-    )
-    parser.add_argument("--latency-ms", type=float, default=0.0, help="added latency per API request")
-    parser.add_argument("--error-rate", type=float, default=0.0, help="fraction of API requests answered 500/503/429")
-    parser.add_argument(
-        "--write-error-rate", type=float, default=0.0, help="extra fraction of writes answered 409/500/503/429"
+        epilog="Fault knobs can also be changed while running: POST /_sim/faults (see simulator/README.md).",
     )
     parser.add_argument(
-        "--workload-pods", type=int, default=None, help="user pods holding GPUs at start (default: nodes / 2)"
+        "--port", type=int, default=6443, help="TCP port to listen on; 0 picks a free one (default %(default)s)"
     )
     parser.add_argument(
-        "--mig-strategy", choices=("mixed", "single"), default="mixed", help="ClusterPolicy spec.mig.strategy"
+        "--host", default="127.0.0.1", help="address to listen on, also named in the certificate (default %(default)s)"
+    )
+    parser.add_argument("--nodes", type=int, default=20, help="number of GPU nodes to generate (default %(default)s)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=1,
+        help="seed of the fleet, workload, metric values and random faults (default %(default)s)",
+    )
+    parser.add_argument(
+        "--write-kubeconfig", metavar="PATH", help="where to write the kubeconfig (default: <state dir>/kubeconfig)"
+    )
+    parser.add_argument(
+        "--state-dir", help="directory for the certificate and key (default: a temporary one, removed on exit)"
+    )
+    parser.add_argument("--token", help="bearer token clients must send (default: random; it is in the kubeconfig)")
+    parser.add_argument(
+        "--apply-delay",
+        type=float,
+        default=1.0,
+        help="seconds per MIG Manager step: pending -> success, or pending -> rebooting -> success "
+        "(default %(default)s)",
+    )
+    parser.add_argument(
+        "--latency-ms", type=float, default=0.0, help="latency added to every API request (default %(default)s)"
+    )
+    parser.add_argument(
+        "--error-rate",
+        type=float,
+        default=0.0,
+        help="fraction of API requests answered with an error: 500, 503 or 429 (default %(default)s)",
+    )
+    parser.add_argument(
+        "--write-error-rate",
+        type=float,
+        default=0.0,
+        help="extra fraction of writes answered with an error; add 409 to the codes with "
+        "--faults '{\"error_codes\": [409, 500]}' (default %(default)s)",
+    )
+    parser.add_argument(
+        "--watch-drop-after-events", type=int, default=0, help="cut every watch stream after N events (0 = never)"
+    )
+    parser.add_argument(
+        "--watch-drop-after-seconds", type=float, default=0.0, help="cut every watch stream after S seconds (0 = never)"
+    )
+    parser.add_argument(
+        "--faults",
+        type=json.loads,
+        default={},
+        metavar="JSON",
+        help='any fault knob, as the body of POST /_sim/faults, e.g. \'{"wedge": {"gpu-node-0001": 1}}\'',
+    )
+    parser.add_argument(
+        "--workload-pods", type=int, default=None, help="user pods holding GPUs at start (default: half the node count)"
+    )
+    parser.add_argument(
+        "--mig-strategy",
+        choices=("mixed", "single"),
+        default="mixed",
+        help="ClusterPolicy spec.mig.strategy (default %(default)s; the GPU Operator's Helm default is single)",
     )
     parser.add_argument(
         "--mig-config-source",
         choices=("generated", "static"),
         default="generated",
         help="generated: per-node <node>-mig-config ConfigMaps (GPU Operator >= v26.3); "
-        "static: ClusterPolicy names default-mig-parted-config",
+        "static: the ClusterPolicy names default-mig-parted-config (default %(default)s)",
     )
     parser.add_argument(
-        "--watch-history", type=int, default=10000, help="events kept for watches; older resourceVersions get 410"
+        "--watch-history",
+        type=int,
+        default=10000,
+        help="changes kept for watches; a watch from an older resourceVersion gets 410 Gone (default %(default)s)",
     )
     parser.add_argument("--log-requests", action="store_true", help="print one line per HTTP request to stderr")
     return parser
@@ -71,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         mig_config_source=args.mig_config_source,
         watch_history=args.watch_history,
         log_requests=args.log_requests,
+        faults={
+            "watch_drop_after_events": args.watch_drop_after_events,
+            "watch_drop_after_seconds": args.watch_drop_after_seconds,
+            **args.faults,
+        },
     )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import secrets
 import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -42,6 +43,7 @@ class SimulatorConfig:
     mig_config_source: str = "generated"  # or "static": ClusterPolicy names default-mig-parted-config
     watch_history: int = 10000
     log_requests: bool = False
+    faults: dict = field(default_factory=dict)  # any other knob, as in `POST /_sim/faults`
 
 
 class Simulator:
@@ -64,6 +66,7 @@ class Simulator:
             apply_delay=float(cfg.apply_delay),
         )
         self.faults.seed(cfg.seed)
+        self.faults.update(cfg.faults)
         self.store = Store(seed=cfg.seed, history_size=cfg.watch_history)
         self.nodes: dict[str, SimNode] = {}
         self.daemonsets = DaemonSets(self.store, cfg.seed)
@@ -122,6 +125,15 @@ class Simulator:
         self.stop()
 
     def _populate(self) -> None:
+        """Build the fleet with the collector off, then freeze it: ~10^6 long-lived objects need no GC passes."""
+        gc.disable()
+        try:
+            self._build()
+        finally:
+            gc.enable()
+            gc.freeze()
+
+    def _build(self) -> None:
         cfg = self.config
         now = datetime.now(UTC)
         self.nodes = {node.name: node for node in (generate_node(cfg.seed, i) for i in range(cfg.nodes))}

@@ -5,12 +5,12 @@ Node i depends only on (seed, i), so a fleet of 10 nodes is the first 10 nodes o
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import random
-import uuid
 from dataclasses import dataclass, field
 
 from sharing.mig import GpuProduct, get_product
+from simulator.ids import stable_uuid
 
 # Share of nodes by (product, GPUs per node): mostly 8-GPU H100 / A100 servers, a tail of smaller parts.
 PRODUCT_MIX: tuple[tuple[str, int, float], ...] = (
@@ -32,13 +32,7 @@ _INSTANCE_TYPES = {8: "gpu-8x", 4: "gpu-4x"}
 ZONES = ("zone-a", "zone-b", "zone-c")
 
 
-def stable_uuid(*parts: object) -> str:
-    """A UUID4-shaped identifier that depends only on its inputs (GPU and MIG device UUIDs)."""
-    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
-    return str(uuid.UUID(bytes=digest[:16], version=4))
-
-
-@dataclass
+@dataclass(frozen=True)
 class MigDevice:
     """One MIG device (GPU instance with a full-size compute instance) as mig-parted creates it."""
 
@@ -46,7 +40,15 @@ class MigDevice:
     start: int
     size: int
     gi_id: int
-    uuid: str
+    parent_uuid: str
+    generation: int  # the node's reconfiguration count: a re-created device gets a new UUID
+
+    @property
+    def uuid(self) -> str:
+        return "MIG-" + stable_uuid(self.parent_uuid, self.generation, self.start, self.profile)
+
+    def describe(self) -> dict:
+        return {"profile": self.profile, "start": self.start, "size": self.size, "gi_id": self.gi_id, "uuid": self.uuid}
 
 
 @dataclass
@@ -83,9 +85,14 @@ class SimNode:
     mig_applies: int = 0  # how many reconfigurations ran; part of MIG device UUIDs (they change on re-create)
 
 
+@functools.lru_cache(maxsize=16)
+def _mix_offset(seed: int) -> float:
+    return random.Random(f"{seed}:mix").random()
+
+
 def _pick_product(seed: int, index: int) -> tuple[str, int]:
     """A golden-ratio sequence from a seeded offset: any run of nodes follows the mix closely, even 10 nodes."""
-    point = (random.Random(f"{seed}:mix").random() + index * 0.6180339887498949) % 1.0
+    point = (_mix_offset(seed) + index * 0.6180339887498949) % 1.0
     total = 0.0
     for name, count, share in PRODUCT_MIX:
         total += share

@@ -6,21 +6,23 @@ locks of its own. The sharp edges of the real components are kept on purpose; se
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import queue
 import threading
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sharing.mig import validate_layout
+from sharing.mig import GpuProduct, LayoutResult, validate_layout
 from sharing.render import DevicePluginSpec, MigDeviceSpec, parse_device_plugin_config, parse_mig_parted_config
 from simulator import labels as gfd
 from simulator import migconfig
 from simulator.faults import Faults
-from simulator.fleet import MigDevice, SimNode, stable_uuid
+from simulator.fleet import MigDevice, SimNode
 from simulator.nodes import DEPLOY_PREFIX, set_ready
 from simulator.resources import CLUSTER_POLICIES, CONFIGMAPS, EVENTS, NODES, PODS
 from simulator.store import Change, Store, now_timestamp
@@ -101,6 +103,16 @@ def generated_configmap_name(node: str) -> str:
     return f"{node}-mig-config"
 
 
+# Parsed configs and placements are pure functions of their text / layout; fleets repeat them thousands of times.
+_parse_mig_parted = functools.lru_cache(maxsize=256)(parse_mig_parted_config)
+_parse_device_plugin = functools.lru_cache(maxsize=256)(parse_device_plugin_config)
+
+
+@functools.lru_cache(maxsize=4096)
+def _validated(product: GpuProduct, layout: tuple[tuple[str, int], ...]) -> LayoutResult:
+    return validate_layout(product, dict(layout))
+
+
 def _gi_id(profile_size: int, compute: int, start: int) -> int:
     """GPU-instance ids as the driver hands them out on 8-slice GPUs (7g 0; 4g 1; 3g 1-2; 2g 3-5; 1g 7-13)."""
     if compute >= 7:
@@ -146,7 +158,7 @@ class GpuOperator:
             if node.product.mig_capable:
                 if node.product.name not in generated:
                     text = migconfig.dump(migconfig.generated_config(node.product))
-                    generated[node.product.name] = (text, parse_mig_parted_config(text))
+                    generated[node.product.name] = (text, _parse_mig_parted(text))
                 text, parsed = generated[node.product.name]
                 configmaps.append(
                     _configmap(
@@ -223,6 +235,8 @@ class GpuOperator:
     def _call(self, work: Callable[[], None]) -> None:
         try:
             work()
+        except Exception:  # one node's bad step must not stop the controllers of all the others
+            traceback.print_exc()
         finally:
             self._done_one()
 
@@ -379,7 +393,7 @@ class GpuOperator:
         if text is None:
             return {}, f"ConfigMap {OPERATOR_NAMESPACE}/{configmap} has no key config.yaml"
         try:
-            return parse_mig_parted_config(text), None
+            return _parse_mig_parted(text), None
         except ValueError as error:
             return {}, f"invalid mig-parted config: {error}"
 
@@ -398,7 +412,7 @@ class GpuOperator:
                 plan[index] = (spec.mig_enabled, {k: v for k, v in spec.mig_devices.items() if v})
         for index, (enabled, devices) in sorted(plan.items()):
             if enabled and devices:
-                result = validate_layout(node.product, devices)
+                result = _validated(node.product, tuple(sorted(devices.items())))
                 if not result.valid:
                     return plan, f"GPU {index}: " + "; ".join(result.errors)
         return plan, None
@@ -421,7 +435,7 @@ class GpuOperator:
             gpu.mig_devices = []
             if not enabled or not devices:
                 continue
-            for placement in validate_layout(node.product, devices).placements:
+            for placement in _validated(node.product, tuple(sorted(devices.items()))).placements:
                 profile = node.product.mig_profile(placement.profile)
                 gpu.mig_devices.append(
                     MigDevice(
@@ -429,7 +443,8 @@ class GpuOperator:
                         start=placement.start,
                         size=placement.size,
                         gi_id=_gi_id(placement.size, profile.compute_slices, placement.start),
-                        uuid="MIG-" + stable_uuid(gpu.uuid, node.mig_applies, placement.start, placement.profile),
+                        parent_uuid=gpu.uuid,
+                        generation=node.mig_applies,
                     )
                 )
 
@@ -454,7 +469,7 @@ class GpuOperator:
             # README says "skip", but the code ends the config-manager loop (contracts §3.4).
             return DevicePluginSpec(), f"specified config {key} does not exist"
         try:
-            return parse_device_plugin_config(data[key]), None
+            return _parse_device_plugin(data[key]), None
         except ValueError as error:
             return DevicePluginSpec(), f"unable to load config {key}: {error}"
 
@@ -617,7 +632,7 @@ class GpuOperator:
                     "uuid": gpu.uuid,
                     "pci_bus_id": gpu.pci_bus_id,
                     "mig_enabled": gpu.mig_enabled,
-                    "mig_devices": [vars(device) for device in gpu.mig_devices],
+                    "mig_devices": [device.describe() for device in gpu.mig_devices],
                     "xid": gpu.xid,
                     "ecc_dbe": gpu.ecc_dbe,
                 }

@@ -11,19 +11,27 @@ import bisect
 import json
 import random
 import threading
-import uuid
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from simulator.errors import ApiError
+from simulator.ids import uuid4_text
 from simulator.patches import apply_patch, clone
 from simulator.resources import ResourceType
 
+_clock: tuple[int, str] = (0, "")
+
 
 def now_timestamp() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """RFC 3339 seconds, as metadata timestamps are; formatted once per second (start-up asks 100,000 times)."""
+    global _clock
+    second = int(time.time())
+    if _clock[0] != second:
+        _clock = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return _clock[1]
 
 
 class Entry:
@@ -105,7 +113,7 @@ class Store:
 
     def new_uid(self) -> str:
         with self._lock:
-            return str(uuid.UUID(int=self._uids.getrandbits(128), version=4))
+            return uuid4_text(self._uids.getrandbits(128))
 
     # -- reads --------------------------------------------------------------------------------------------
 
@@ -292,7 +300,8 @@ class Store:
         obj["apiVersion"] = resource.api_version
         meta = obj["metadata"]
         meta["resourceVersion"] = str(self._rv)
-        meta.setdefault("uid", str(uuid.UUID(int=self._uids.getrandbits(128), version=4)))
+        if "uid" not in meta:
+            meta["uid"] = uuid4_text(self._uids.getrandbits(128))
         meta.setdefault("creationTimestamp", now_timestamp())
         if not resource.namespaced:
             meta.pop("namespace", None)

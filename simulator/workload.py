@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from simulator.errors import ApiError
+from simulator.ids import suffix
 from simulator.labels import is_gpu_resource
 from simulator.nodes import DEPLOY_PREFIX
 from simulator.resources import DAEMONSETS, NODES, PODS
@@ -16,7 +18,6 @@ from simulator.store import Store, now_timestamp
 OPERATOR_NAMESPACE = "gpu-operator"
 WORKLOAD_NAMESPACES = ("ml-training", "inference", "research")
 PROTECTED_LABEL = "sim.tessera.io/protected"  # eviction is refused (429), as if a PodDisruptionBudget forbade it
-_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,10 @@ class DaemonSetSpec:
     component: str  # the nvidia.com/gpu.deploy.<component> label that schedules it (contracts §1.1)
     containers: tuple[str, ...]
     image: str
+
+    @functools.cached_property
+    def revision(self) -> str:
+        return suffix(self.name, self.image, length=10)
 
 
 DAEMONSET_SPECS = (
@@ -53,9 +58,9 @@ DAEMONSET_SPECS = (
 DAEMONSET_BY_APP = {spec.name: spec for spec in DAEMONSET_SPECS}
 
 
-def suffix(*parts: object, length: int = 5) -> str:
-    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
-    return "".join(_SUFFIX_ALPHABET[b % len(_SUFFIX_ALPHABET)] for b in digest[:length])
+@functools.lru_cache(maxsize=64)
+def _image_id(image: str) -> str:
+    return image.split(":")[0] + "@sha256:" + hashlib.sha256(image.encode()).hexdigest()
 
 
 def qos_class(containers: list[dict]) -> str:
@@ -124,7 +129,7 @@ def pod_object(
                     "restartCount": 0,
                     "started": True,
                     "image": c["image"],
-                    "imageID": c["image"].split(":")[0] + "@sha256:" + hashlib.sha256(c["image"].encode()).hexdigest(),
+                    "imageID": _image_id(c["image"]),
                     "containerID": "containerd://"
                     + hashlib.sha256(f"{namespace}/{name}/{c['name']}".encode()).hexdigest(),
                     "state": {"running": {"startedAt": started}},
@@ -156,6 +161,7 @@ class DaemonSets:
         self._store = store
         self._seed = seed
         self._generation: dict[tuple[str, str], int] = {}
+        self._names: set[str] = set()
 
     def objects(self, node_count: int, mig_node_count: int) -> list[dict]:
         created = now_timestamp()
@@ -195,16 +201,21 @@ class DaemonSets:
 
     def pod(self, spec: DaemonSetSpec, node: dict) -> dict:
         node_name = node["metadata"]["name"]
-        generation = self._generation.get((spec.name, node_name), 0)
-        self._generation[(spec.name, node_name)] = generation + 1
+        while True:  # 5-letter suffixes collide now and then; the real controller retries with a new one too
+            generation = self._generation.get((spec.name, node_name), 0)
+            self._generation[(spec.name, node_name)] = generation + 1
+            name = f"{spec.name}-{suffix(self._seed, node_name, spec.name, generation)}"
+            if name not in self._names:
+                self._names.add(name)
+                break
         ds = self._store.find(DAEMONSETS, OPERATOR_NAMESPACE, spec.name)
         host_ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
         return pod_object(
-            name=f"{spec.name}-{suffix(self._seed, node_name, spec.name, generation)}",
+            name=name,
             namespace=OPERATOR_NAMESPACE,
             node=node_name,
             containers=[{"name": c, "image": spec.image} for c in spec.containers],
-            labels={"app": spec.name, "controller-revision-hash": suffix(spec.name, length=10)},
+            labels={"app": spec.name, "controller-revision-hash": spec.revision},
             owner={
                 "apiVersion": "apps/v1",
                 "kind": "DaemonSet",
@@ -255,6 +266,7 @@ class Workload:
         self._seed = seed
         self._random = random.Random(f"{seed}:workload")
         self._serial = 0
+        self._names: set[str] = set()
 
     def free_resources(self, node: dict) -> dict[str, int]:
         allocatable = {k: int(v) for k, v in node["status"].get("allocatable", {}).items() if is_gpu_resource(k)}
@@ -277,28 +289,12 @@ class Workload:
     ) -> dict:
         """A workload pod on `node` holding `count` of `resource`; `controller` is Job, ReplicaSet, none or auto."""
         rng = self._random
-        self._serial += 1
         namespace = namespace or rng.choice(WORKLOAD_NAMESPACES)
         if controller == "auto":
             bare = namespace == "research" and rng.random() < 0.3  # notebooks without a controller need --force
             controller = "none" if bare else "ReplicaSet" if namespace == "inference" else "Job"
         started = (datetime.now(UTC) - age).strftime("%Y-%m-%dT%H:%M:%SZ")
-        labels: dict[str, str] = {}
-        owner = None
-        if controller == "Job":
-            job = f"train-{suffix(self._seed, 'job', self._serial, length=6)}"
-            name = f"{job}-{suffix(self._seed, 'pod', self._serial)}"
-            labels = {"job-name": job, "batch.kubernetes.io/job-name": job}
-            owner = {"apiVersion": "batch/v1", "kind": "Job", "name": job}
-        elif controller == "ReplicaSet":
-            app = rng.choice(("llm-serving", "embeddings", "vision-api", "asr"))
-            template_hash = suffix(self._seed, app, length=10)
-            name = f"{app}-{template_hash}-{suffix(self._seed, 'pod', self._serial)}"
-            labels = {"app": app, "pod-template-hash": template_hash}
-            owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{app}-{template_hash}"}
-        else:
-            name = f"notebook-{suffix(self._seed, 'nb', self._serial, length=6)}"
-            labels = {"app": "notebook"}
+        name, labels, owner = self._identity(controller)
         if owner:
             owner.update(uid=self._store.new_uid(), controller=True, blockOwnerDeletion=True)
         if protected:
@@ -332,6 +328,29 @@ class Workload:
             pod_ip=f"10.244.{rng.randint(0, 255)}.{rng.randint(2, 254)}",
             started=started,
         )
+
+    def _identity(self, controller: str) -> tuple[str, dict[str, str], dict | None]:
+        """A fresh pod name (never reused), its labels and owner, shaped as the owning controller names pods."""
+        while True:
+            self._serial += 1
+            owner = None
+            if controller == "Job":
+                job = f"train-{suffix(self._seed, 'job', self._serial, length=6)}"
+                name = f"{job}-{suffix(self._seed, 'pod', self._serial)}"
+                labels = {"job-name": job, "batch.kubernetes.io/job-name": job}
+                owner = {"apiVersion": "batch/v1", "kind": "Job", "name": job}
+            elif controller == "ReplicaSet":
+                app = self._random.choice(("llm-serving", "embeddings", "vision-api", "asr"))
+                template_hash = suffix(self._seed, app, length=10)
+                name = f"{app}-{template_hash}-{suffix(self._seed, 'pod', self._serial)}"
+                labels = {"app": app, "pod-template-hash": template_hash}
+                owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{app}-{template_hash}"}
+            else:
+                name = f"notebook-{suffix(self._seed, 'nb', self._serial, length=6)}"
+                labels = {"app": "notebook"}
+            if name not in self._names:
+                self._names.add(name)
+                return name, labels, owner
 
     def place(self, count: int, nodes: list[dict]) -> list[dict]:
         """Up to `count` pods on random Ready nodes with free GPU resources (seeded choices)."""

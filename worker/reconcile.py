@@ -4,12 +4,11 @@ from collections import defaultdict
 
 from django.conf import settings
 from django.db import IntegrityError
-from django.db.models import Prefetch
 from django.utils import timezone
 
 from core.audit import Actor
 from core.exceptions import ApplicationError
-from fleet.models import Gpu, Node
+from fleet.models import Node, NodePool
 from scheduling.selectors import DesiredVsObserved, desired_vs_observed
 from sharing.spec import allocatable
 from worker import services
@@ -20,7 +19,6 @@ from worker.models import NodeChange
 def to_config(row: DesiredVsObserved) -> dict:
     """Everything a node change needs to apply and verify, frozen at planning time (JSON)."""
     config = row.config
-    gpus = [(g.index, g.product) for g in row.node.live_gpus]
     return {
         "config_id": config.config_id,
         "profile": row.profile.name,
@@ -28,21 +26,15 @@ def to_config(row: DesiredVsObserved) -> dict:
         "mig_parted": config.mig_parted_text,
         "device_plugin_config": config.device_plugin_key,
         "device_plugin": config.device_plugin_text,
-        "allocatable": allocatable(row.profile.to_spec(), gpus),
+        "allocatable": allocatable(row.profile.to_spec(), row.gpus),
     }
 
 
 def reconcilable_nodes(queryset=None):
     """Live, ready nodes whose observations are fresh: stale or not-ready nodes get no new changes."""
-    live_gpus = Gpu.objects.live().only("node_id", "index", "product").order_by("index")
     queryset = queryset if queryset is not None else Node.objects.all()
-    return (
-        queryset.live()
-        .fresh()
-        .exclude(ready=False)
-        .select_related("cluster", "pool")
-        .prefetch_related(Prefetch("gpus", queryset=live_gpus, to_attr="live_gpus"))
-    )
+    # Labels are the bulk of a node row and the loop never reads them.
+    return queryset.live().fresh().exclude(ready=False).defer("labels")
 
 
 def plan(nodes, *, at=None) -> dict[tuple, list[services.PlannedChange]]:
@@ -56,11 +48,12 @@ def plan(nodes, *, at=None) -> dict[tuple, list[services.PlannedChange]]:
     )
     rows = [r for r in rows if r.node.pk not in busy]
     problems = services.nodes_with_problem_for({r.node.pk: r.config.config_id for r in rows})
+    pools = NodePool.objects.in_bulk({r.node.pool_id for r in rows} - {None})
     groups = defaultdict(list)
     for row in rows:
         if row.node.pk in problems:
             continue
-        key = (row.node.pool, row.profile, row.source, row.schedule if row.source == "schedule" else None)
+        key = (pools.get(row.node.pool_id), row.profile, row.source, row.schedule if row.source == "schedule" else None)
         groups[key].append(services.PlannedChange(row.node, to_config(row), row.profile.pk))
     return groups
 

@@ -86,6 +86,10 @@ class Backend(ABC):
         """Run the MPS control daemon with these defaults, or stop it (None)."""
 
     @abstractmethod
+    def mps_running(self) -> bool:
+        """Whether an MPS control daemon answers: it dies with the agent's container, unlike GPU settings."""
+
+    @abstractmethod
     def set_time_slice(self, interval: TimeSliceInterval) -> None:
         """Set the time-slice length of every GPU that is not in MIG mode."""
 

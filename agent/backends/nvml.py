@@ -304,8 +304,8 @@ class NvmlBackend(Backend):
         for handle in self._handles():
             try:
                 nv.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
-            except pynvml.NVMLError_NotSupported:
-                continue  # some GPUs (and vGPU guests) cannot report XIDs as events
+            except pynvml.NVMLError:
+                continue  # a GPU that cannot deliver XID events (NotSupported in vGPU guests) still gets reported
         return event_set
 
     def drain_xid_events(self) -> list[XidEvent]:
@@ -347,7 +347,7 @@ class NvmlBackend(Backend):
             raise ApplyError(f"the mig-parted config is invalid: {error}") from None
         if mig.selected not in configs:
             raise ApplyError(f"the mig-parted config has no config named {mig.selected!r}")
-        targets, errors = [], []
+        targets, problems = [], {}  # problem -> GPU indices, so eight identical GPUs give one sentence
         for index, handle in enumerate(self._handles()):
             pci = nv.nvmlDeviceGetPciInfo(handle)
             spec = _spec_for(configs[mig.selected], index, pci)
@@ -358,7 +358,7 @@ class NvmlBackend(Backend):
             if current is None:
                 # mig-parted skips GPUs without MIG for `devices: all` and for MIG off; anything else is an error.
                 if spec.mig_enabled and spec.devices != "all":
-                    errors.append(f"GPU {index} ({name}) does not support MIG")
+                    problems.setdefault(f"{name} does not support MIG", []).append(index)
                 continue
             devices = {profile: count for profile, count in spec.mig_devices.items() if count}
             placements = ()
@@ -366,10 +366,11 @@ class NvmlBackend(Backend):
                 try:
                     result = validate_layout(get_product(name), devices)
                 except UnknownProductError:
-                    errors.append(f"GPU {index}: {name} is not in Tessera's MIG catalog, so no layout can be placed")
+                    unknown = f"{name} is not in Tessera's MIG catalog, so no layout can be placed"
+                    problems.setdefault(unknown, []).append(index)
                     continue
                 if not result.valid:
-                    errors.append(f"GPU {index}: " + "; ".join(result.errors))
+                    problems.setdefault("; ".join(result.errors), []).append(index)
                     continue
                 placements = result.placements
             mode_change = current != spec.mig_enabled or pending != spec.mig_enabled
@@ -386,8 +387,8 @@ class NvmlBackend(Backend):
                     layout_change=layout_change,
                 )
             )
-        if errors:
-            raise ApplyError("; ".join(errors))
+        if problems:
+            raise ApplyError("; ".join(f"GPU {', '.join(map(str, gpus))}: {text}" for text, gpus in problems.items()))
         return MigPlan(selected=mig.selected, config_text=mig.mig_parted_config, targets=tuple(targets))
 
     def _device_counts(self, handle: Any) -> dict[str, int] | None:
@@ -554,6 +555,10 @@ class NvmlBackend(Backend):
             commands.append(f"set_default_device_pinned_mem_limit {index} {limit}M")
         for command in commands:
             self._check_run(f"nvidia-cuda-mps-control {command}", [control], input=command + "\n")
+
+    def mps_running(self) -> bool:
+        control = self.which("nvidia-cuda-mps-control")
+        return control is not None and self.run([control], input="get_server_list\n").returncode == 0
 
     def set_time_slice(self, interval: TimeSliceInterval) -> None:
         smi = self._tool("nvidia-smi")

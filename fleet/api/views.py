@@ -15,10 +15,7 @@ from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
 
 
 class FleetViewSetMixin:
-    """Lists filter, search and order through the FilterSets the HTML lists use too; details find any row.
-
-    Querysets with aggregate annotations repeat the model's ordering: Django drops Meta.ordering under GROUP BY.
-    """
+    """Lists filter, search and order through the FilterSets the HTML lists use too; details find any row."""
 
     filter_backends = [DjangoFilterBackend]
 
@@ -34,6 +31,7 @@ class FleetViewSetMixin:
 class ClusterViewSet(FleetViewSetMixin, viewsets.ModelViewSet):
     """Clusters: admins register, edit and remove them; every role reads them."""
 
+    # Annotated querysets repeat the model's ordering: Django drops Meta.ordering under GROUP BY.
     queryset = Cluster.objects.with_counts().order_by("name")
     serializer_class = serializers.ClusterSerializer
     filterset_class = ClusterFilterSet

@@ -1,6 +1,5 @@
 """Sharing endpoints: profiles (admin), their preview (any role), assignment and pins (operators), the MIG catalog."""
 
-from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -10,7 +9,7 @@ from rest_framework.views import APIView
 from core.audit import Actor
 from core.roles import Role
 from fleet.filtersets import NodeFilterSet
-from fleet.models import Gpu, Node
+from fleet.models import Node
 from scheduling.selectors import desired_vs_observed
 from sharing import selectors, services
 from sharing.api import serializers
@@ -101,13 +100,7 @@ class DesiredStateViewSet(viewsets.GenericViewSet, mixins.ListModelMixin):
     filterset_class = NodeFilterSet
 
     def get_queryset(self):
-        live_gpus = Gpu.objects.live().only("node_id", "index", "product").order_by("index")
-        return (
-            Node.objects.live()
-            .select_related("cluster", "pool")
-            .prefetch_related(Prefetch("gpus", queryset=live_gpus, to_attr="live_gpus"))
-            .order_by("cluster__name", "name")
-        )
+        return Node.objects.live().select_related("cluster", "pool").order_by("cluster__name", "name")
 
     def list(self, request, *args, **kwargs):
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))

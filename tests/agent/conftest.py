@@ -13,12 +13,20 @@ from agent.protocol import (
     REGISTER_PATH,
     REPORT_PATH,
     DesiredConfig,
+    MigSettings,
     Outcome,
     RegisterRequest,
     Report,
 )
+from sharing.render import MigDeviceSpec, render_mig_parted_config
 
 JOIN_TOKEN = "join-3f9a1c77"
+
+
+def mig_settings(devices: dict[str, int] | None, name: str = "layout") -> MigSettings:
+    """A one-entry mig-parted config for every GPU: these MIG devices, or MIG off for None."""
+    spec = MigDeviceSpec("all", devices is not None, devices or {})
+    return MigSettings(render_mig_parted_config({name: [spec]}), name)
 
 
 class FakeTessera:
@@ -33,10 +41,11 @@ class FakeTessera:
         self.desired_fetches = 0
         self.desired: DesiredConfig | None = None
         self.interval_seconds = 7
+        self.failures = {REPORT_PATH: 0, OUTCOME_PATH: 0}  # how many of the next calls answer 503
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
 
     def revoke_all(self):
         self.credentials.clear()
@@ -71,8 +80,7 @@ class FakeTessera:
                     if self.path == REGISTER_PATH:
                         request = RegisterRequest.from_dict(self._body())
                         if request.join_token not in fake.join_tokens:
-                            return self._send(403, {"message": "Join token expired or already used.", "errors": {}})
-                        fake.join_tokens.discard(request.join_token)  # one-time
+                            return self._send(403, {"message": "Join token expired or revoked.", "errors": {}})
                         fake.registrations.append(request)
                         node_id = len(fake.registrations)
                         credential = f"cred-{node_id}-b7d01e"
@@ -86,6 +94,9 @@ class FakeTessera:
                         return self._send(201, body)
                     if self._node() is None:
                         return None
+                    if fake.failures.get(self.path):
+                        fake.failures[self.path] -= 1
+                        return self._send(503, {"message": "Service unavailable.", "errors": {}})
                     if self.path == REPORT_PATH:
                         fake.reports.append(Report.from_dict(self._body()))
                         desired = fake.desired.config_id if fake.desired else None

@@ -149,6 +149,13 @@ def test_overview_htmx_request_returns_only_the_table(client_viewer):
 
 
 @pytest.mark.parametrize("name", ["fleet:overview", "fleet:node_list", "fleet:gpu_list"])
+def test_history_restore_gets_the_whole_page(client_viewer, name):
+    make_node()
+    response = client_viewer.get(reverse(name), HTTP_HX_HISTORY_RESTORE_REQUEST="true", **HTMX)
+    assert b"<html" in response.content and b'<form class="filters"' in response.content
+
+
+@pytest.mark.parametrize("name", ["fleet:overview", "fleet:node_list", "fleet:gpu_list"])
 def test_list_pages_vary_on_hx_request(client_viewer, name):
     make_node()
     for extra in ({}, HTMX):

@@ -99,7 +99,6 @@ def test_desired_vs_observed_flags_drift(actor):
     pool = NodePoolFactory()
     node = _node_with_gpus(pool, observed_mig_config="all-disabled", config_state="success")
     services.pool_set_profile(actor=actor, pool=pool, profile=_mig_profile(actor))
-    node.live_gpus = list(node.gpus.all())
     (row,) = desired_vs_observed([node])
     assert row.in_sync is False and row.desired_mig_config.startswith("tessera-mig-")
     node.observed_mig_config = row.desired_mig_config

@@ -18,7 +18,8 @@ def test_help_explains_every_flag():
     for flag in (
         "--port", "--host", "--nodes", "--seed", "--write-kubeconfig", "--apply-delay", "--latency-ms",
         "--error-rate", "--write-error-rate", "--workload-pods", "--mig-strategy", "--mig-config-source",
-        "--watch-history", "--token", "--state-dir", "--log-requests",
+        "--watch-history", "--token", "--state-dir", "--log-requests", "--watch-drop-after-events",
+        "--watch-drop-after-seconds", "--faults",
     ):  # fmt: skip
         assert flag in result.stdout
 
@@ -27,7 +28,7 @@ def test_serves_until_sigterm(tmp_path):
     kubeconfig = tmp_path / "kubeconfig"
     process = subprocess.Popen(
         [sys.executable, "-m", "simulator", "--port", "0", "--nodes", "4", "--seed", "3"]
-        + ["--write-kubeconfig", str(kubeconfig)],
+        + ["--write-kubeconfig", str(kubeconfig), "--faults", '{"failing_nodes": ["gpu-node-0001"]}'],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

@@ -1,0 +1,273 @@
+"""The agent loop against a test double of the server: register, report, fetch, apply, outcome, and what fails."""
+
+import json
+import logging
+import stat
+import threading
+
+import pytest
+
+from agent.protocol import DesiredConfig, MpsSettings, SafetySettings, TimeSliceSettings
+from agent.runner import (
+    CREDENTIAL_FILE,
+    EXIT_AUTH,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Agent,
+    AgentSettings,
+    Credential,
+    load_credential,
+)
+from tests.agent.conftest import JOIN_TOKEN, mig_settings
+
+BALANCED = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
+
+
+@pytest.fixture
+def state_dir(tmp_path):
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def make_agent(fake_server, make_backend, state_dir):
+    def make(backend=None, *, join_token=JOIN_TOKEN, clock=None, stop=None, **settings):
+        options = {"clock": clock} if clock else {}
+        settings = AgentSettings(fake_server.url, state_dir, join_token, **settings)
+        return Agent(settings, backend or make_backend(), stop=stop, **options)
+
+    return make
+
+
+def test_register_report_fetch_apply_and_report_the_outcome(fake_server, make_agent, state_dir):
+    fake_server.desired = DesiredConfig("cfg-a", 11, mig=mig_settings(BALANCED), persistence_mode=True)
+    agent = make_agent(once=True)
+    assert agent.run() == EXIT_OK
+
+    (registration,) = fake_server.registrations
+    assert (registration.hostname, registration.agent_version) == ("sim-node-0", "0.1.0")
+    (report,) = fake_server.reports
+    assert report.applied is None and len(report.gpus) == 2 and report.driver_version == "570.133.20"
+    assert fake_server.desired_fetches == 1
+    (outcome,) = fake_server.outcomes
+    assert (outcome.change_id, outcome.config_id, outcome.status) == (11, "cfg-a", "succeeded")
+    assert outcome.message == "MIG config layout on GPU 0, 1; persistence mode on"
+    assert outcome.report.applied.config_id == "cfg-a" and outcome.report.applied.mig_selected == "layout"
+    assert outcome.report.applied.persistence_mode is True
+    assert [len(gpu.mig_devices) for gpu in outcome.report.gpus] == [4, 4]
+    assert outcome.report.xid_events == ()
+    assert agent.interval == 7  # what the server said at registration
+
+    agent.cycle()  # in place: the next report says so and nothing is fetched
+    assert fake_server.reports[-1].applied.config_id == "cfg-a"
+    assert (fake_server.desired_fetches, len(fake_server.outcomes)) == (1, 1)
+
+
+def test_the_credential_is_private_and_reused_on_restart(fake_server, make_agent, make_backend, state_dir):
+    make_agent(once=True).run()
+    path = state_dir / CREDENTIAL_FILE
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    stored = json.loads(path.read_text())
+    assert stored["server"] == fake_server.url and stored["node_id"] == 1 and stored["credential"] == "cred-1-b7d01e"
+
+    restarted = make_agent(make_backend(), join_token="ignored-when-a-credential-exists", once=True)
+    assert restarted.run() == EXIT_OK
+    assert len(fake_server.registrations) == 1 and len(fake_server.reports) == 2
+    assert load_credential(state_dir, "http://another-server:8000") is None
+
+
+def test_no_credential_and_no_join_token_is_a_usage_error(make_agent, caplog):
+    assert make_agent(join_token=None, once=True).run() == EXIT_USAGE
+    assert "no stored credential" in caplog.text
+
+
+def test_a_revoked_credential_ends_the_agent_with_code_3(fake_server, make_agent, caplog):
+    agent = make_agent()
+    agent.cycle()
+    fake_server.revoke_all()
+    assert agent.run() == EXIT_AUTH
+    assert "the server refused the agent credential: Agent credential revoked or unknown." in caplog.text
+
+
+def test_a_rejected_join_token_ends_the_agent_with_code_3(make_agent, caplog):
+    assert make_agent(join_token="join-wrong").run() == EXIT_AUTH
+    assert "the server refused the join token: Join token expired or revoked." in caplog.text
+
+
+def test_busy_gpus_and_policy_wait_refuse_the_change(fake_server, make_agent, make_backend):
+    backend = make_backend()
+    pid = backend.sim.start_process(0)
+    fake_server.desired = DesiredConfig("cfg-a", 11, mig=mig_settings(BALANCED))
+    agent = make_agent(backend)
+    agent.cycle()
+    (outcome,) = fake_server.outcomes
+    assert outcome.status == "refused_busy"
+    assert outcome.message == f"compute processes hold GPU 0 (pid {pid}); the safety policy is to wait"
+    assert [gpu.mig_mode_current for gpu in outcome.report.gpus] == [False, False]  # nothing touched
+
+    agent.cycle()  # the same change is not retried by the agent
+    assert len(fake_server.outcomes) == 1
+
+    backend.sim.stop_process(pid)
+    fake_server.desired = DesiredConfig("cfg-a", 12, mig=mig_settings(BALANCED))  # the server retries
+    agent.cycle()
+    assert [o.status for o in fake_server.outcomes] == ["refused_busy", "succeeded"]
+
+
+def test_policy_wait_waits_up_to_wait_seconds_while_reporting(fake_server, make_agent, make_backend):
+    now = [1000.0]
+    backend = make_backend()
+    pid = backend.sim.start_process(1)
+    safety = SafetySettings("wait", wait_seconds=60)
+    fake_server.desired = DesiredConfig("cfg-a", 11, mig=mig_settings(BALANCED), safety=safety)
+    agent = make_agent(backend, clock=lambda: now[0])
+    agent.cycle()
+    now[0] += 30
+    agent.cycle()
+    assert fake_server.outcomes == [] and len(fake_server.reports) == 2
+    backend.sim.stop_process(pid)
+    agent.cycle()
+    assert [o.status for o in fake_server.outcomes] == ["succeeded"]
+
+    backend.sim.start_process(0)
+    fake_server.desired = DesiredConfig("cfg-b", 12, mig=mig_settings({"7g.80gb": 1}), safety=safety)
+    agent.cycle()
+    now[0] += 61
+    agent.cycle()
+    assert [o.status for o in fake_server.outcomes] == ["succeeded", "refused_busy"]
+
+
+def test_policy_force_applies_anyway_and_nvml_in_use_is_still_busy(fake_server, make_agent, make_backend):
+    backend = make_backend()
+    backend.sim.start_process(0)
+    fake_server.desired = DesiredConfig("cfg-a", 11, mig=mig_settings(BALANCED), safety=SafetySettings("force"))
+    make_agent(backend).cycle()
+    (outcome,) = fake_server.outcomes
+    assert outcome.status == "refused_busy"
+    assert outcome.message == "GPU 0: set MIG mode: the GPU is in use (NVML_ERROR_IN_USE)"
+
+
+def test_an_invalid_layout_fails_with_the_validators_reason(fake_server, make_agent):
+    fake_server.desired = DesiredConfig("cfg-a", 11, mig=mig_settings({"4g.40gb": 2}))
+    make_agent().cycle()
+    (outcome,) = fake_server.outcomes
+    assert outcome.status == "failed"
+    assert outcome.message == (
+        "GPU 0, 1: NVIDIA-H100-80GB-HBM3 fits at most 1 × 4g.40gb; 4g.40gb × 2 asks for more; "
+        "NVIDIA-H100-80GB-HBM3 has 7 compute slices; 4g.40gb × 2 needs 8"
+    )
+
+
+def test_mps_and_time_slicing_apply_and_undo(fake_server, make_agent, make_backend):
+    backend = make_backend()
+    agent = make_agent(backend)
+    fake_server.desired = DesiredConfig(
+        "cfg-mps", 1, mps=MpsSettings(replicas=4), time_slice=TimeSliceSettings("short")
+    )
+    agent.cycle()
+    assert fake_server.outcomes[-1].status == "failed" and "mutually exclusive" in fake_server.outcomes[-1].message
+
+    fake_server.desired = DesiredConfig("cfg-mps", 2, mps=MpsSettings(replicas=4))
+    agent.cycle()
+    assert fake_server.outcomes[-1].message == "MPS for 4 clients per GPU"
+    assert backend.sim.mps.running and backend.sim.mps.active_thread_percentage == 25
+
+    fake_server.desired = DesiredConfig("cfg-ts", 3, time_slice=TimeSliceSettings("medium"))
+    agent.cycle()
+    assert fake_server.outcomes[-1].message == "MPS stopped; time slice medium"
+    assert not backend.sim.mps.running and [gpu.time_slice for gpu in backend.sim.gpus] == [2, 2]
+
+    fake_server.desired = DesiredConfig("cfg-plain", 4)
+    agent.cycle()
+    assert fake_server.outcomes[-1].message == "time slice back to default"
+    assert [gpu.time_slice for gpu in backend.sim.gpus] == [0, 0]
+    assert fake_server.outcomes[-1].report.applied.config_id == "cfg-plain"
+
+
+def test_xid_events_reach_the_server_once_even_across_a_failed_report(fake_server, make_agent, make_backend):
+    backend = make_backend()
+    agent = make_agent(backend)
+    agent.cycle()
+    backend.sim.inject_xid(1, 79)
+    fake_server.failures["/api/v1/agent/report/"] = 1
+    with pytest.raises(Exception, match="Service unavailable"):
+        agent.cycle()
+    agent.cycle()
+    agent.cycle()
+    sent = [event.xid for report in fake_server.reports for event in report.xid_events]
+    assert sent == [79]
+
+
+def test_an_outcome_that_could_not_be_sent_is_sent_before_the_next_report(fake_server, make_agent):
+    fake_server.desired = DesiredConfig("cfg-a", 11, persistence_mode=True)
+    fake_server.failures["/api/v1/agent/outcome/"] = 1
+    agent = make_agent()
+    with pytest.raises(Exception, match="Service unavailable"):
+        agent.cycle()
+    assert fake_server.outcomes == []
+    agent.cycle()
+    assert [o.status for o in fake_server.outcomes] == ["succeeded"]
+    assert fake_server.reports[-1].applied.config_id == "cfg-a"
+
+
+def test_applied_state_survives_a_restart_but_not_a_reboot(fake_server, make_agent, make_backend):
+    backend = make_backend()
+    fake_server.desired = DesiredConfig("cfg-a", 11, persistence_mode=True)
+    make_agent(backend).cycle()
+    make_agent(backend).cycle()  # the agent restarted, the node did not
+    assert fake_server.reports[-1].applied.config_id == "cfg-a" and len(fake_server.outcomes) == 1
+    backend.sim.reboot()
+    make_agent(backend).cycle()
+    assert fake_server.reports[-1].applied is None
+    assert len(fake_server.outcomes) == 2  # the config is applied again
+
+
+class RecordingStop(threading.Event):
+    """Records each wait of the loop and ends it after a few."""
+
+    def __init__(self, waits):
+        super().__init__()
+        self.delays = []
+        self.waits = waits
+
+    def wait(self, timeout=None):
+        self.delays.append(timeout)
+        if len(self.delays) >= self.waits:
+            self.set()
+        return self.is_set()
+
+
+def test_network_errors_back_off_exponentially_up_to_a_cap(make_backend, state_dir, caplog):
+    stop = RecordingStop(waits=5)
+    settings = AgentSettings("http://127.0.0.1:9", state_dir, JOIN_TOKEN, interval=100)
+    assert Agent(settings, make_backend(), stop=stop).run() == EXIT_OK
+    assert stop.delays == [100, 200, 300, 300, 300]
+    assert caplog.text.count("server unreachable") == 5
+    assert "Connection refused" in caplog.text
+
+    once = AgentSettings("http://127.0.0.1:9", state_dir, JOIN_TOKEN, once=True)
+    assert Agent(once, make_backend()).run() == EXIT_FAILED
+
+
+def test_secrets_never_reach_the_log(fake_server, make_agent, caplog):
+    caplog.set_level(logging.DEBUG)
+    fake_server.desired = DesiredConfig("cfg-a", 11, mig=mig_settings(BALANCED))
+    agent = make_agent()
+    agent.cycle()
+    fake_server.revoke_all()
+    agent.run()
+    assert "registered as node sim-node-0 (id 1)" in caplog.text
+    assert JOIN_TOKEN not in caplog.text and "cred-1-b7d01e" not in caplog.text
+    assert "cred-1-b7d01e" not in repr(agent.credential) and "cred-1-b7d01e" not in repr(Credential("s", 1, "x"))
+
+
+def test_a_dead_mps_daemon_is_started_again(fake_server, make_agent, make_backend):
+    backend = make_backend()
+    fake_server.desired = DesiredConfig("cfg-mps", 1, mps=MpsSettings(replicas=2))
+    agent = make_agent(backend)
+    agent.cycle()
+    assert backend.sim.mps.running
+    backend.sim.tools.run(["nvidia-cuda-mps-control"], input="quit\n")  # the agent's container was restarted
+    make_agent(backend).cycle()
+    assert fake_server.reports[-1].applied is None
+    assert backend.sim.mps.running and [o.status for o in fake_server.outcomes] == ["succeeded", "succeeded"]
