@@ -1,6 +1,7 @@
-"""Simulator at fleet scale: start-up time, memory, and one full `list nodes` (raw JSON and paginated).
+"""Simulator at fleet scale: start-up time, memory, one full `list nodes` (raw JSON and paginated), and how fast
+the MIG Manager settles when every MIG node of a smaller fleet is relabelled with apply delay 0.
 
-Run: .venv/bin/python bench/sim_scale.py [--nodes 10000]
+Run: .venv/bin/python bench/sim_scale.py [--nodes 10000] [--apply-nodes 1000]
 """
 
 import argparse
@@ -17,16 +18,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from simulator import Simulator  # noqa: E402
 
 
-def get(sim, path: str) -> bytes:
-    request = urllib.request.Request(sim.url + path, headers={"Authorization": f"Bearer {sim.token}"})
+def get(sim, path: str, body: dict | None = None) -> bytes:
+    headers = {"Authorization": f"Bearer {sim.token}", "Content-Type": "application/merge-patch+json"}
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(sim.url + path, data, headers, method="PATCH" if data else "GET")
     with urllib.request.urlopen(request, context=ssl.create_default_context(cafile=sim.ca_path), timeout=300) as reply:
         return reply.read()
+
+
+def relabel_all(nodes: int, seed: int) -> None:
+    with Simulator(nodes=nodes, seed=seed, apply_delay=0.0) as sim:
+        names = sim.find_nodes(mig_capable=True, idle=True)
+        began = time.perf_counter()
+        for name in names:
+            get(sim, f"/api/v1/nodes/{name}", {"metadata": {"labels": {"nvidia.com/mig.config": "all-enabled"}}})
+        patched = time.perf_counter() - began
+        settled = sim.settle(120)
+        total = time.perf_counter() - began
+        states = sim.state()["mig_config_states"]
+    print(f"relabel nodes={len(names)} of {nodes}: patches_s={patched:.2f} settled={settled} total_s={total:.2f}")
+    print(f"  states after: {states}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--apply-nodes", type=int, default=1_000)
     args = parser.parse_args()
 
     started = time.perf_counter()
@@ -63,6 +81,7 @@ def main() -> None:
     print(f"full_list_s={first_list:.2f} (first, encodes JSON) full_list_cached_s={cached_list:.2f} bytes={len(body)}")
     print(f"paginated_list_s={paged:.2f} pages={pages} (limit=500, as kubectl and informers page)")
     print(f"pods_by_node_s={pods_on_node:.4f}")
+    relabel_all(args.apply_nodes, args.seed)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import sys
 import threading
 
 from simulator.core import Simulator, SimulatorConfig
+from simulator.errors import ApiError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -101,7 +102,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     config = SimulatorConfig(
         nodes=args.nodes,
         seed=args.seed,
@@ -128,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    sim = Simulator(config).start()
+    try:
+        sim = Simulator(config)
+    except (ApiError, ValueError) as error:
+        parser.error(str(error))
+    sim.start()
     state = sim.state()
     print(
         f"tessera simulator serving {sim.url} kubeconfig={sim.kubeconfig_path} "

@@ -19,6 +19,7 @@ from worker.models import NodeChange
 def to_config(row: DesiredVsObserved) -> dict:
     """Everything a node change needs to apply and verify, frozen at planning time (JSON)."""
     config = row.config
+    spec = row.profile.to_spec()
     return {
         "config_id": config.config_id,
         "profile": row.profile.name,
@@ -26,7 +27,15 @@ def to_config(row: DesiredVsObserved) -> dict:
         "mig_parted": config.mig_parted_text,
         "device_plugin_config": config.device_plugin_key,
         "device_plugin": config.device_plugin_text,
-        "allocatable": allocatable(row.profile.to_spec(), row.gpus),
+        "allocatable": allocatable(spec, row.gpus),
+        # What an agent applies beyond MIG (it has no device plugin): MPS limits and the time-slice length.
+        "sharing": {
+            "mode": spec.mode,
+            "replicas": spec.replicas,
+            "mps_active_thread_percentage": spec.mps_active_thread_percentage,
+            "mps_pinned_memory_limit_mib": spec.mps_pinned_memory_limit_mib,
+            "time_slice_interval": spec.time_slice_interval,
+        },
     }
 
 
