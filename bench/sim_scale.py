@@ -5,25 +5,34 @@ Run: .venv/bin/python bench/sim_scale.py [--nodes 10000] [--apply-nodes 1000]
 """
 
 import argparse
+import http.client
 import json
 import resource
 import ssl
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simulator import Simulator  # noqa: E402
 
+_connections: dict[str, http.client.HTTPSConnection] = {}
+
 
 def get(sim, path: str, body: dict | None = None) -> bytes:
+    """One request on a kept-alive connection, as the kubernetes client's urllib3 pool sends them."""
+    if sim.url not in _connections:
+        context = ssl.create_default_context(cafile=sim.ca_path)
+        _connections[sim.url] = http.client.HTTPSConnection("127.0.0.1", sim.port, context=context, timeout=300)
+    connection = _connections[sim.url]
     headers = {"Authorization": f"Bearer {sim.token}", "Content-Type": "application/merge-patch+json"}
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(sim.url + path, data, headers, method="PATCH" if data else "GET")
-    with urllib.request.urlopen(request, context=ssl.create_default_context(cafile=sim.ca_path), timeout=300) as reply:
-        return reply.read()
+    connection.request("PATCH" if body else "GET", path, json.dumps(body) if body else None, headers)
+    reply = connection.getresponse()
+    data = reply.read()
+    if reply.status >= 300:
+        raise RuntimeError(f"{path}: {reply.status} {data[:200]!r}")
+    return data
 
 
 def relabel_all(nodes: int, seed: int) -> None:

@@ -47,7 +47,8 @@ class NodeQuerySet(models.QuerySet):
         live_gpu = Q(gpus__gone_at__isnull=True)
         return self.annotate(
             gpu_count=models.Count("gpus", filter=live_gpu),
-            unhealthy_gpu_count=models.Count("gpus", filter=live_gpu & Q(gpus__health="unhealthy")),
+            # The same meaning as GpuQuerySet.unhealthy(): anything reported that is not healthy.
+            unhealthy_gpu_count=models.Count("gpus", filter=live_gpu & ~Q(gpus__health__in=["healthy", "unknown"])),
             mean_utilization=models.Avg("gpus__utilization_pct", filter=live_gpu),
             product=models.Max("gpus__product", filter=live_gpu),
         )

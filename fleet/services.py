@@ -263,6 +263,8 @@ def inventory_record(
         gone_ids = [n.pk for name, n in existing.items() if name not in observed and n.gone_at is None]
         for chunk in _chunks(gone_ids):
             Node.objects.filter(pk__in=chunk).update(gone_at=now, updated_at=now)
+            # A gone node's GPUs are gone with it (kept, like the node, for their history).
+            Gpu.objects.filter(node_id__in=chunk, gone_at__isnull=True).update(gone_at=now, updated_at=now)
         result.nodes_gone = len(gone_ids)
 
     node_ids = {n.name: n.pk for n in [*to_create, *existing.values()]}

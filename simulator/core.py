@@ -137,7 +137,7 @@ class Simulator:
         cfg = self.config
         now = datetime.now(UTC)
         self.nodes = {node.name: node for node in (generate_node(cfg.seed, i) for i in range(cfg.nodes))}
-        self.operator = GpuOperator(self.store, self.nodes, self.faults, self.daemonsets, cfg.seed)
+        self.operator = GpuOperator(self.store, self.nodes, self.faults, self.daemonsets)
         mig_configmap = DEFAULT_MIG_CONFIGMAP if cfg.mig_config_source == "static" else ""
         policy = cluster_policy(mig_configmap, cfg.mig_strategy)
         node_objects = {}

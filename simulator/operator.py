@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sharing.mig import GpuProduct, LayoutResult, validate_layout
+from sharing.mig import GpuProduct, LayoutResult, Placement, validate_layout
 from sharing.render import DevicePluginSpec, MigDeviceSpec, parse_device_plugin_config, parse_mig_parted_config
 from simulator import labels as gfd
 from simulator import migconfig
@@ -45,6 +45,8 @@ Plan = dict[int, tuple[bool, dict[str, int]]]  # GPU index -> (MIG enabled, prof
 
 @dataclass
 class MigManagerState:
+    """One node's mig-manager: what it is doing and why it last failed."""
+
     busy: bool = False  # an apply is running (a timer is scheduled)
     resync: bool = False  # the label changed while busy: apply the latest value next (SyncableMigConfig)
     wedged: bool = False
@@ -53,6 +55,8 @@ class MigManagerState:
 
 @dataclass
 class PluginState:
+    """One node's device plugin: the config it runs, or why it refuses to."""
+
     spec: DevicePluginSpec = field(default_factory=DevicePluginSpec)
     config_error: str | None = None  # config-manager refused the selected config; resources drop to 0
     hardware_error: str | None = None  # the plugin refused the GPUs (e.g. `single` with mixed layouts)
@@ -113,26 +117,26 @@ def _validated(product: GpuProduct, layout: tuple[tuple[str, int], ...]) -> Layo
     return validate_layout(product, dict(layout))
 
 
-def _gi_id(profile_size: int, compute: int, start: int) -> int:
-    """GPU-instance ids as the driver hands them out on 8-slice GPUs (7g 0; 4g 1; 3g 1-2; 2g 3-5; 1g 7-13)."""
-    if compute >= 7:
+def _gi_id(product: GpuProduct, placement: Placement) -> int:
+    """GPU-instance ids as the driver hands them out (full GPU 0; 4g 1; 3g 1-2; 2-slice 3-6; 1g 7-13)."""
+    compute = product.mig_profile(placement.profile).compute_slices
+    if placement.size == product.memory_slices:
         return 0
-    if compute == 4:
-        return 1
-    if compute == 3:
-        return 1 + start // 4
-    if profile_size == 2:
-        return 3 + start // 2
-    return 7 + start
+    if compute == 4 or compute == 3:
+        return 1 + placement.start // 4
+    if placement.size == 2:
+        return 3 + placement.start // 2
+    return 7 + placement.start
 
 
 class GpuOperator:
-    def __init__(self, store: Store, nodes: dict[str, SimNode], faults: Faults, daemonsets: DaemonSets, seed: int):
+    """The operator's per-node controllers, driven by store changes and timers on one thread."""
+
+    def __init__(self, store: Store, nodes: dict[str, SimNode], faults: Faults, daemonsets: DaemonSets):
         self._store = store
         self._nodes = nodes
         self._faults = faults
         self._daemonsets = daemonsets
-        self._seed = seed
         self._mig = {name: MigManagerState() for name in nodes}
         self._plugin = {name: PluginState() for name in nodes}
         self._work: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
@@ -436,13 +440,12 @@ class GpuOperator:
             if not enabled or not devices:
                 continue
             for placement in _validated(node.product, tuple(sorted(devices.items()))).placements:
-                profile = node.product.mig_profile(placement.profile)
                 gpu.mig_devices.append(
                     MigDevice(
                         profile=placement.profile,
                         start=placement.start,
                         size=placement.size,
-                        gi_id=_gi_id(placement.size, profile.compute_slices, placement.start),
+                        gi_id=_gi_id(node.product, placement),
                         parent_uuid=gpu.uuid,
                         generation=node.mig_applies,
                     )
@@ -498,8 +501,7 @@ class GpuOperator:
         state.hardware_error = advertised.error
         status = obj["status"]
         previous = {k for k in status["allocatable"] if gfd.is_gpu_resource(k)}
-        if state.config_error is None:
-            # GFD's own config-manager is broken by the same bad key, so its labels go stale (§3.4).
+        if state.config_error is None:  # with a bad key GFD's config-manager fails too: its labels go stale (§3.4)
             labels = obj["metadata"]["labels"]
             for key in [k for k in labels if gfd.is_gfd_label(k)]:
                 del labels[key]
@@ -508,7 +510,7 @@ class GpuOperator:
         for kind in ("capacity", "allocatable"):
             for key in previous:
                 status[kind].pop(key, None)
-            for key in previous | set(resources):
+            for key in sorted(previous | set(resources)):
                 status[kind][key] = str(resources.get(key, 0))
 
     def _report_plugin_crash(self, name: str, error: str) -> None:

@@ -144,6 +144,9 @@ SPECTACULAR_SETTINGS = {
         "ConnectionStateEnum": "fleet.choices.ConnectionState",
         "GpuHealthEnum": "fleet.choices.GpuHealth",
         "SharingModeEnum": "fleet.choices.SharingMode",
+        "RolloutStatusEnum": "worker.choices.RolloutStatus",
+        "ChangeStatusEnum": "worker.choices.ChangeStatus",
+        "BusyPolicyEnum": "sharing.choices.BusyPolicy",
     },
 }
 

@@ -1,5 +1,6 @@
 """Sharing objects as JSON; input is shaped here and judged by the services (one place for NVIDIA's rules)."""
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api.fields import RefField, ref_to
@@ -8,6 +9,15 @@ from sharing.mig import PRODUCTS, parse_layout
 from sharing.models import NodePin, SharingProfile
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+            {"type": "string", "example": "3g.40gb x2 + 1g.10gb x1"},
+        ],
+        "nullable": True,
+    }
+)
 class LayoutField(serializers.Field):
     """A MIG layout as {"1g.10gb": 7}, the admin notation "1g.10gb x7", or null for MIG off."""
 

@@ -209,3 +209,13 @@ def test_stale_nodes():
     old = NodeFactory(last_seen_at=timezone.now() - timedelta(hours=1))
     assert list(Node.objects.stale()) == [old]
     assert list(Node.objects.fresh()) == [fresh]
+
+
+def test_gone_node_takes_its_gpus_with_it():
+    cluster = ClusterFactory()
+    services.inventory_record(
+        cluster=cluster, nodes=[_node("n1"), _node("n2", gpus=(_gpu(0, "GPU-z"),))], complete=True
+    )
+    services.inventory_record(cluster=cluster, nodes=[_node("n1")], complete=True)
+    assert Gpu.objects.get(uuid="GPU-z").gone_at is not None
+    assert Gpu.objects.live().count() == 2

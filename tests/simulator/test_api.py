@@ -8,6 +8,7 @@ import urllib.request
 import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import ProtocolError
 
 from simulator import Simulator
 from tests.simulator.conftest import labels_of
@@ -359,5 +360,5 @@ def test_control_endpoint_sets_faults_and_reports_state(sim):
 
 def test_watch_is_dropped_after_n_events(sim, core):
     sim.faults.update({"watch_drop_after_events": 2})
-    with pytest.raises(Exception):  # noqa: B017 - urllib3 reports the cut connection as a protocol error
+    with pytest.raises(ProtocolError):  # the connection is cut mid-stream
         list(watch.Watch().stream(core.list_node, timeout_seconds=2))
