@@ -25,4 +25,3 @@ def test_compose_file_is_valid():
         env={"DJANGO_SECRET_KEY": "validation-only", "PATH": "/usr/bin:/bin"},
     )
     assert result.returncode == 0, result.stderr
-
