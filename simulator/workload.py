@@ -22,6 +22,8 @@ PROTECTED_LABEL = "sim.tessera.io/protected"  # eviction is refused (429), as if
 
 @dataclass(frozen=True)
 class DaemonSetSpec:
+    """One of the GPU Operator's DaemonSets, as far as its pods show it."""
+
     name: str
     component: str  # the nvidia.com/gpu.deploy.<component> label that schedules it (contracts §1.1)
     containers: tuple[str, ...]

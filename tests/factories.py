@@ -64,7 +64,7 @@ class GpuFactory(factory.django.DjangoModelFactory):
     uuid = factory.Sequence(lambda n: f"GPU-{n:08x}-0000-4000-8000-000000000000")
     product = "NVIDIA-H100-80GB-HBM3"
     memory_mib = 81559
-    pci_bus_id = factory.Sequence(lambda n: f"00000000:{n % 256:02X}:00.0")
+    pci_bus_id = factory.Sequence(lambda n: f"{n:08X}:18:00.0")  # unique domain: no accidental search hits
     mig_capable = True
     health = "healthy"
     utilization_pct = 40.0

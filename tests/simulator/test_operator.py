@@ -386,3 +386,30 @@ def test_single_strategy_advertises_mig_devices_as_gpus():
         assert single.settle()
         assert labels_of(core, node)["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-INVALID"
         assert gpu_allocatable(core, node) == {}
+
+
+def test_static_config_tells_products_apart_by_device_filter():
+    with Simulator(nodes=3, seed=7, apply_delay=0.0, workload_pods=0, mig_config_source="static") as static:
+        core = client.CoreV1Api(config.new_client_from_config(config_file=static.kubeconfig_path))
+        a100_40gb, h100 = "gpu-node-0001", "gpu-node-0002"
+        assert static.nodes[a100_40gb].product.name == "NVIDIA-A100-SXM4-40GB"
+        for node in (a100_40gb, h100):
+            label(core, node, MIG_CONFIG, "all-1g.10gb")
+        assert static.settle()
+        # 1g.10gb is the double-memory 1g on an A100-40GB (4 per GPU) and the base 1g on an H100 (7 per GPU).
+        assert gpu_allocatable(core, a100_40gb) == {"nvidia.com/mig-1g.10gb": "32"}
+        assert gpu_allocatable(core, h100) == {"nvidia.com/mig-1g.10gb": "56"}
+
+
+def test_workload_and_readiness_knobs(sim, core):
+    reply = control(sim, "/_sim/workload", {"add": 3})
+    assert len(reply["added"]) == 3
+    namespace, name = reply["added"][0].split("/")
+    pod = core.read_namespaced_pod(name, namespace)
+    assert pod.status.qos_class in ("Guaranteed", "Burstable", "BestEffort")
+    assert any(k.startswith("nvidia.com/") for k in pod.spec.containers[0].resources.limits)
+    assert len(control(sim, "/_sim/workload", {"remove": 2})["removed"]) == 2
+    control(sim, f"/_sim/nodes/{L4}/ready", {"ready": False})
+    node = core.read_node(L4)
+    assert next(c.status for c in node.status.conditions if c.type == "Ready") == "Unknown"
+    assert {t.key for t in node.spec.taints} == {"node.kubernetes.io/unreachable"}
