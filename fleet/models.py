@@ -1,5 +1,6 @@
 """Fleet inventory: what exists and what it reported. Desired state lives in sharing/ and scheduling/."""
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.urls import reverse
@@ -88,6 +89,9 @@ class Node(models.Model):
     driver_version = models.CharField(max_length=50, blank=True)
     cuda_version = models.CharField(max_length=20, blank=True)
     numa_nodes = models.PositiveSmallIntegerField(null=True, blank=True)
+    kubelet_config = models.JSONField(
+        default=dict, blank=True, help_text="The kubelet's topology and CPU manager policies, from its configz."
+    )
     observed_mode = models.CharField(max_length=20, choices=SharingMode.choices, blank=True)
     observed_mig_config = models.CharField(max_length=253, blank=True)
     observed_device_plugin_config = models.CharField(max_length=253, blank=True)
@@ -97,6 +101,11 @@ class Node(models.Model):
     last_seen_at = models.DateTimeField(null=True, blank=True, db_index=True)
     agent_last_seen_at = models.DateTimeField(null=True, blank=True)
     agent_version = models.CharField(max_length=50, blank=True)
+    agent_config_id = models.CharField(
+        max_length=100, blank=True, help_text="The desired config the agent last reported as applied."
+    )
+    # Unchanged inventory (the usual report) skips the inventory write: only metrics and last-seen are stored.
+    agent_report_hash = models.CharField(max_length=64, blank=True, editable=False)
     gone_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -146,6 +155,11 @@ class Gpu(models.Model):
     temperature_c = models.FloatField(null=True, blank=True)
     power_w = models.FloatField(null=True, blank=True)
     metrics_at = models.DateTimeField(null=True, blank=True)
+    processes = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Compute processes the agent saw: [{pid, used_memory_mib, gpu_instance_id, compute_instance_id}].",
+    )
     gone_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -233,3 +247,94 @@ class Pod(models.Model):
 
     def __str__(self):
         return f"{self.namespace}/{self.name}"
+
+
+class AgentJoinToken(models.Model):
+    """A secret that node agents of one cluster trade for their own credentials; only its SHA-256 is stored.
+
+    One token serves a whole cluster (a DaemonSet's Secret) until it expires, is revoked or reaches max_uses.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="agent_join_tokens")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    key_id = models.CharField(max_length=16, unique=True, editable=False, help_text="Public part of the token.")
+    secret_hash = models.CharField(max_length=64, editable=False)
+    expires_at = models.DateTimeField()
+    max_uses = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: any number until it expires.")
+    uses = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(max_uses__isnull=True) | Q(uses__lte=models.F("max_uses")),
+                name="%(app_label)s_%(class)s_uses_within_max",
+            ),
+            models.CheckConstraint(condition=~Q(max_uses=0), name="%(app_label)s_%(class)s_max_uses_positive"),
+        ]
+
+    def __str__(self):
+        return f"{self.cluster.name}/{self.name}"
+
+
+class AgentCredential(models.Model):
+    """A node agent's bearer credential: reads and reports for its own node only; one active per node."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="agent_credentials")
+    join_token = models.ForeignKey(
+        AgentJoinToken, on_delete=models.SET_NULL, null=True, blank=True, related_name="credentials"
+    )
+    key_id = models.CharField(max_length=16, unique=True, editable=False, help_text="Public part of the credential.")
+    secret_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node"], condition=Q(revoked_at__isnull=True), name="%(app_label)s_%(class)s_one_active_per_node"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.node.name} ({self.key_id})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class GpuEvent(models.Model):
+    """An XID error or a rise of uncorrectable ECC errors on a GPU, as its agent reported it. Append-only."""
+
+    class Kind(models.TextChoices):
+        XID = "xid", "XID error"
+        ECC = "ecc", "Uncorrectable ECC errors"
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField()
+    kind = models.CharField(max_length=3, choices=Kind.choices)
+    code = models.PositiveIntegerField(help_text="The XID, or the uncorrectable ECC error total after the rise.")
+    gpu_instance_id = models.PositiveSmallIntegerField(null=True, blank=True)
+    compute_instance_id = models.PositiveSmallIntegerField(null=True, blank=True)
+    message = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-pk"]
+        constraints = [
+            # An agent re-sends XID events whose report got no answer; the same event is stored once.
+            models.UniqueConstraint(
+                fields=["gpu", "kind", "code", "at"], name="%(app_label)s_%(class)s_once"
+            ),
+        ]
+        indexes = [models.Index(fields=["gpu", "-at"])]
+
+    def __str__(self):
+        return f"{self.gpu} {self.kind} {self.code} at {self.at:%Y-%m-%d %H:%M:%S}"

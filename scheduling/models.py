@@ -9,7 +9,7 @@ from django.urls import reverse
 from fleet.models import NodePool
 from scheduling import windows
 from sharing.choices import BusyPolicy
-from sharing.models import SharingProfile
+from sharing.models import QoSPolicy, SharingProfile
 
 
 def validate_time_zone(value: str) -> None:
@@ -31,6 +31,14 @@ class Schedule(models.Model):
         related_name="+",
         help_text="Outside every window. Empty: the pool's default profile.",
     )
+    baseline_qos_policy = models.ForeignKey(
+        QoSPolicy,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Outside every window. Empty: the pool's default QoS policy.",
+    )
     busy_policy = models.CharField(max_length=10, choices=BusyPolicy.choices, default=BusyPolicy.WAIT)
     wait_minutes = models.PositiveIntegerField(default=30)
     enabled = models.BooleanField(default=True)
@@ -47,13 +55,14 @@ class Schedule(models.Model):
         return reverse("scheduling:schedule_detail", args=[self.pk])
 
     def to_calendar(self) -> windows.Calendar:
-        """The pure calendar of this schedule; values are profile ids (None: the pool's default)."""
+        """The pure calendar of this schedule; values are (profile id, QoS policy id), None meaning the pool's."""
         return windows.Calendar(
             tz=self.time_zone,
             windows=tuple(
-                windows.Window(frozenset(w.weekdays), w.start, w.end, w.profile_id, w.name) for w in self.windows.all()
+                windows.Window(frozenset(w.weekdays), w.start, w.end, (w.profile_id, w.qos_policy_id), w.name)
+                for w in self.windows.all()
             ),
-            baseline=self.baseline_profile_id,
+            baseline=(self.baseline_profile_id, self.baseline_qos_policy_id),
             exceptions=frozenset(e.date for e in self.exceptions.all()),
         )
 
@@ -67,6 +76,14 @@ class ScheduleWindow(models.Model):
     start = models.TimeField()
     end = models.TimeField()
     profile = models.ForeignKey(SharingProfile, on_delete=models.PROTECT, related_name="+")
+    qos_policy = models.ForeignKey(
+        QoSPolicy,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="schedule_windows",
+        help_text="Empty: the pool's default QoS policy during this window.",
+    )
 
     class Meta:
         ordering = ["schedule", "start", "pk"]

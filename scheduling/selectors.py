@@ -10,7 +10,7 @@ from django.utils import timezone
 from fleet.models import Gpu, Node
 from scheduling import windows
 from scheduling.models import Schedule
-from sharing.models import NodePin, PoolSharing, SharingProfile
+from sharing.models import NodePin, PoolSharing, QoSPolicy, SharingProfile
 from sharing.spec import NodeConfig, node_config, node_validation_errors
 
 
@@ -21,6 +21,7 @@ class DesiredState:
     profile: SharingProfile | None
     source: str = ""
     schedule: Schedule | None = None  # the pool's schedule, whose safety policy a resulting rollout follows
+    qos_policy: QoSPolicy | None = None
 
     @property
     def profile_id(self) -> int | None:
@@ -42,35 +43,48 @@ def active_schedules(pool_ids) -> dict[int, Schedule]:
     return result
 
 
-def desired_states(nodes, *, at=None) -> dict[int, DesiredState]:
-    """Desired state of many nodes at instant `at` (default now) in a constant number of queries:
-    the node's pin, else the window of its pool's schedule active at `at`, else the pool's default."""
+def pool_states(pool_ids, *, at=None) -> dict[int, DesiredState]:
+    """Each pool's desired profile and QoS policy at `at`: the active window's, else the schedule baseline's, else
+    the pool's defaults (the profile falls back separately from the QoS policy)."""
     at = at or timezone.now()
+    pool_ids = set(pool_ids)
+    defaults = {
+        s.pool_id: s for s in PoolSharing.objects.filter(pool_id__in=pool_ids).select_related("profile", "qos_policy")
+    }
+    schedules = active_schedules(pool_ids)
+    values = {pool_id: windows.value_at(s.calendar, at) for pool_id, s in schedules.items()}
+    profiles = SharingProfile.objects.in_bulk({v[0] for v in values.values()} - {None})
+    policies = QoSPolicy.objects.in_bulk({v[1] for v in values.values()} - {None})
+    states = {}
+    for pool_id in pool_ids:
+        default = defaults.get(pool_id)
+        profile_id, qos_id = values.get(pool_id, (None, None))
+        qos = policies[qos_id] if qos_id is not None else (default.qos_policy if default else None)
+        if profile_id is not None:
+            states[pool_id] = DesiredState(profiles[profile_id], "schedule", schedules[pool_id], qos)
+        elif default and default.profile:
+            states[pool_id] = DesiredState(default.profile, "pool", schedules.get(pool_id), qos)
+        else:
+            states[pool_id] = DesiredState(None, "", schedules.get(pool_id), qos)
+    return states
+
+
+def desired_states(nodes, *, at=None) -> dict[int, DesiredState]:
+    """Desired state of many nodes at instant `at` (default now) in a constant number of queries: the node's pin
+    for the profile, else its pool's state (`pool_states`); the QoS policy always comes from the pool."""
     nodes = list(nodes)
     node_ids = {n.pk for n in nodes}
     # Pins are exceptions, few by nature: reading them all beats an IN list of every node id.
     pins = {p.node_id: p.profile for p in NodePin.objects.select_related("profile") if p.node_id in node_ids}
-    pool_ids = {n.pool_id for n in nodes if n.pool_id}
-    pool_defaults = {
-        s.pool_id: s.profile for s in PoolSharing.objects.filter(pool_id__in=pool_ids).select_related("profile")
-    }
-    schedules = active_schedules(pool_ids)
-    scheduled_ids = {windows.value_at(s.calendar, at) for s in schedules.values()} - {None}
-    profiles = SharingProfile.objects.in_bulk(scheduled_ids)
-    by_pool = {}
-    for pool_id in pool_ids:
-        schedule = schedules.get(pool_id)
-        profile_id = windows.value_at(schedule.calendar, at) if schedule else None
-        if profile_id is not None:
-            by_pool[pool_id] = DesiredState(profiles[profile_id], "schedule", schedule)
-        elif pool_id in pool_defaults:
-            by_pool[pool_id] = DesiredState(pool_defaults[pool_id], "pool", schedule)
+    by_pool = pool_states({n.pool_id for n in nodes if n.pool_id}, at=at)
+    result = {}
+    for node in nodes:
+        pool_state = by_pool.get(node.pool_id, NO_OPINION)
+        if node.pk in pins:
+            result[node.pk] = DesiredState(pins[node.pk], "pin", None, pool_state.qos_policy)
         else:
-            by_pool[pool_id] = NO_OPINION
-    return {
-        node.pk: DesiredState(pins[node.pk], "pin") if node.pk in pins else by_pool.get(node.pool_id, NO_OPINION)
-        for node in nodes
-    }
+            result[node.pk] = pool_state
+    return result
 
 
 def desired_state(node, *, at=None) -> DesiredState:
@@ -158,42 +172,64 @@ def desired_vs_observed(nodes, *, at=None) -> list[DesiredVsObserved]:
 
 @dataclass(frozen=True)
 class ScheduledTransition:
-    """A moment a schedule switches its pool from one profile to another, and how many nodes follow it."""
+    """A moment a schedule switches its pool's profile or QoS policy, and how many nodes follow it."""
 
     schedule: Schedule
     at: object
     local: object
     from_profile: SharingProfile | None
     to_profile: SharingProfile | None
+    from_qos: QoSPolicy | None = None
+    to_qos: QoSPolicy | None = None
     nodes: int = 0
 
 
-def _effective(profile_id, default: SharingProfile | None, profiles: dict) -> SharingProfile | None:
-    return profiles.get(profile_id) if profile_id is not None else default
-
-
 def schedule_transitions(schedule: Schedule, start, end) -> list[ScheduledTransition]:
-    """Transitions of one schedule in (start, end], with the baseline resolved to the pool's default profile."""
+    """Transitions of one schedule in (start, end], with the baseline resolved to the pool's defaults."""
     return _transitions([schedule], start, end)
 
 
 def _transitions(schedules, start, end, node_counts=None) -> list[ScheduledTransition]:
     schedules = list(schedules)
     defaults = {
-        s.pool_id: s.profile
-        for s in PoolSharing.objects.filter(pool_id__in=[s.pool_id for s in schedules]).select_related("profile")
+        s.pool_id: s
+        for s in PoolSharing.objects.filter(pool_id__in=[s.pool_id for s in schedules]).select_related(
+            "profile", "qos_policy"
+        )
     }
-    ids = {w.profile_id for s in schedules for w in s.windows.all()} | {s.baseline_profile_id for s in schedules}
-    profiles = SharingProfile.objects.in_bulk(ids - {None})
+    profile_ids = {w.profile_id for s in schedules for w in s.windows.all()} | {
+        s.baseline_profile_id for s in schedules
+    }
+    qos_ids = {w.qos_policy_id for s in schedules for w in s.windows.all()} | {
+        s.baseline_qos_policy_id for s in schedules
+    }
+    profiles = SharingProfile.objects.in_bulk(profile_ids - {None})
+    policies = QoSPolicy.objects.in_bulk(qos_ids - {None})
     result = []
     for schedule in schedules:
         default = defaults.get(schedule.pool_id)
+
+        def resolve(value, default=default):
+            profile_id, qos_id = value
+            profile = profiles[profile_id] if profile_id is not None else (default.profile if default else None)
+            qos = policies[qos_id] if qos_id is not None else (default.qos_policy if default else None)
+            return profile, qos
+
         for t in windows.transitions(schedule.to_calendar(), start, end):
-            before = _effective(t.from_value, default, profiles)
-            after = _effective(t.to_value, default, profiles)
+            before, after = resolve(t.from_value), resolve(t.to_value)
             if before != after:
-                count = (node_counts or {}).get(schedule.pool_id, 0)
-                result.append(ScheduledTransition(schedule, t.at, t.local, before, after, count))
+                result.append(
+                    ScheduledTransition(
+                        schedule=schedule,
+                        at=t.at,
+                        local=t.local,
+                        from_profile=before[0],
+                        to_profile=after[0],
+                        from_qos=before[1],
+                        to_qos=after[1],
+                        nodes=(node_counts or {}).get(schedule.pool_id, 0),
+                    )
+                )
     return sorted(result, key=lambda t: (t.at, t.schedule.pk))
 
 

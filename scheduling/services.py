@@ -10,10 +10,19 @@ from core.exceptions import ApplicationError
 from fleet.models import NodePool
 from scheduling import windows
 from scheduling.models import Schedule, ScheduleException, ScheduleWindow
+from sharing.qos import consistency_errors
 from sharing.services import nodes_validation_errors
 from sharing.signals import desired_state_changed
 
-SCHEDULE_FIELDS = ("name", "time_zone", "baseline_profile", "busy_policy", "wait_minutes", "enabled")
+SCHEDULE_FIELDS = (
+    "name",
+    "time_zone",
+    "baseline_profile",
+    "baseline_qos_policy",
+    "busy_policy",
+    "wait_minutes",
+    "enabled",
+)
 
 
 def schedule_snapshot(schedule: Schedule) -> dict:
@@ -22,6 +31,7 @@ def schedule_snapshot(schedule: Schedule) -> dict:
         "name": schedule.name,
         "time_zone": schedule.time_zone,
         "baseline_profile": schedule.baseline_profile.name if schedule.baseline_profile else None,
+        "baseline_qos_policy": schedule.baseline_qos_policy.name if schedule.baseline_qos_policy else None,
         "busy_policy": schedule.busy_policy,
         "wait_minutes": schedule.wait_minutes,
         "enabled": schedule.enabled,
@@ -32,8 +42,9 @@ def schedule_snapshot(schedule: Schedule) -> dict:
                 "start": f"{w.start:%H:%M}",
                 "end": f"{w.end:%H:%M}",
                 "profile": w.profile.name,
-            }  # fmt: skip
-            for w in schedule.windows.select_related("profile")
+                "qos_policy": w.qos_policy.name if w.qos_policy else None,
+            }
+            for w in schedule.windows.select_related("profile", "qos_policy")
         ],
         "exceptions": [str(e.date) for e in schedule.exceptions.all()],
     }
@@ -65,6 +76,14 @@ def _check(schedule: Schedule, window_rows: list[dict], exception_rows: list[dic
     problems = windows.validate(calendar)
     if problems:
         raise ApplicationError(problems[0], errors={"windows": problems})
+    for i, row in enumerate(window_rows):
+        policy = row.get("qos_policy")
+        clashes = consistency_errors(policy.to_policy_spec(), row["profile"].mode) if policy else {}
+        if clashes:
+            messages = [m for ms in clashes.values() for m in ms]
+            raise ApplicationError(
+                f"Window {row.get('name') or i + 1}: {messages[0]}", errors={f"windows[{i}].qos_policy": messages}
+            )
     nodes = schedule.pool.nodes.live()
     profiles = {r["profile"] for r in window_rows} | ({schedule.baseline_profile} - {None})
     for profile in profiles:
@@ -106,9 +125,11 @@ def schedule_update(*, actor: Actor, schedule: Schedule, windows=None, exception
         if key in values:
             setattr(schedule, key, values[key])
     window_rows = list(windows) if windows is not None else _rows_of(schedule)
-    exception_rows = list(exceptions) if exceptions is not None else [
-        {"date": e.date, "note": e.note} for e in schedule.exceptions.all()
-    ]  # fmt: skip
+    exception_rows = (
+        list(exceptions)
+        if exceptions is not None
+        else [{"date": e.date, "note": e.note} for e in schedule.exceptions.all()]
+    )
     _check(schedule, window_rows, exception_rows)
     schedule.save()
     _replace_rows(schedule, window_rows, exception_rows)
@@ -121,8 +142,15 @@ def schedule_update(*, actor: Actor, schedule: Schedule, windows=None, exception
 
 def _rows_of(schedule: Schedule) -> list[dict]:
     return [
-        {"name": w.name, "weekdays": w.weekdays, "start": w.start, "end": w.end, "profile": w.profile}
-        for w in schedule.windows.select_related("profile")
+        {
+            "name": w.name,
+            "weekdays": w.weekdays,
+            "start": w.start,
+            "end": w.end,
+            "profile": w.profile,
+            "qos_policy": w.qos_policy,
+        }
+        for w in schedule.windows.select_related("profile", "qos_policy")
     ]
 
 
@@ -135,9 +163,17 @@ def schedule_delete(*, actor: Actor, schedule: Schedule) -> None:
 
 
 def schedule_create_day_night(
-    *, actor: Actor, pool: NodePool, day_profile, night_profile, time_zone: str,
-    day_start: time = time(8), day_end: time = time(20), weekdays=(0, 1, 2, 3, 4), **values,
-) -> Schedule:  # fmt: skip
+    *,
+    actor: Actor,
+    pool: NodePool,
+    day_profile,
+    night_profile,
+    time_zone: str,
+    day_start: time = time(8),
+    day_end: time = time(20),
+    weekdays=(0, 1, 2, 3, 4),
+    **values,
+) -> Schedule:
     """The day/night preset: `day_profile` in working hours on weekdays, `night_profile` otherwise — a plain
     schedule with one window, editable like any other."""
     return schedule_create(

@@ -22,3 +22,40 @@ class BusyPolicy(models.TextChoices):
     DRAIN = "drain", "Cordon and evict the pods"
     SKIP = "skip", "Skip the node"
     FORCE = "force", "Apply anyway"
+
+
+class RequiredQoS(models.TextChoices):
+    ANY = "any", "Any"
+    BURSTABLE = "burstable", "Burstable or Guaranteed"
+    GUARANTEED = "guaranteed", "Guaranteed only"
+
+
+class ComputeMode(models.TextChoices):
+    DEFAULT = "default", "Default"
+    EXCLUSIVE_PROCESS = "exclusive_process", "Exclusive process"
+    PROHIBITED = "prohibited", "Prohibited"
+
+
+class TransparentHugePages(models.TextChoices):
+    ALWAYS = "always", "always"
+    MADVISE = "madvise", "madvise"
+    NEVER = "never", "never"
+
+
+class CpuGovernor(models.TextChoices):
+    PERFORMANCE = "performance", "performance"
+    POWERSAVE = "powersave", "powersave"
+    ONDEMAND = "ondemand", "ondemand"
+    SCHEDUTIL = "schedutil", "schedutil"
+
+
+class TopologyManagerPolicy(models.TextChoices):
+    NONE = "none", "none"
+    BEST_EFFORT = "best-effort", "best-effort"
+    RESTRICTED = "restricted", "restricted"
+    SINGLE_NUMA_NODE = "single-numa-node", "single-numa-node"
+
+
+class CpuManagerPolicy(models.TextChoices):
+    NONE = "none", "none"
+    STATIC = "static", "static"

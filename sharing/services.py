@@ -1,12 +1,17 @@
 """Writes of desired sharing state: profiles, pool defaults and node pins — validated, audited, atomic."""
 
+from dataclasses import asdict
+
+from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import ProtectedError
+from django.db.models import Count, ProtectedError
+from django.utils import timezone
 
 from core.audit import Actor, audit_record
 from core.exceptions import ApplicationError
-from fleet.models import Gpu, Node, NodePool
-from sharing.models import NodePin, PoolSharing, SharingProfile
+from fleet.models import Gpu, Node, NodePool, Pod
+from sharing.models import NodePin, PoolSharing, QoSComplianceReport, QoSPolicy, SharingProfile
+from sharing.qos import PodView, check_pods, consistency_errors, parse_taint
 from sharing.signals import desired_state_changed
 from sharing.spec import ProfileSpec, node_validation_errors, validate_spec
 
@@ -108,25 +113,29 @@ def nodes_validation_errors(spec: ProfileSpec, nodes) -> list[tuple[str, str]]:
 
 @transaction.atomic
 def pool_set_profile(*, actor: Actor, pool: NodePool, profile: SharingProfile | None) -> PoolSharing | None:
-    """Make `profile` the pool's default (None removes it); refused when it does not fit a member node's GPUs."""
+    """Make `profile` the pool's default (None removes it); refused when it does not fit a member node's GPUs or
+    contradicts the pool's QoS policy."""
     current = PoolSharing.objects.select_for_update().filter(pool=pool).first()
-    before = {"profile": current.profile.name} if current else None
-    if profile is None:
-        if current:
-            current.delete()
-            audit_record(actor=actor, action="pool.set_profile", obj=pool, before=before, after=None)
-            desired_state_changed.send(sender=PoolSharing)
-        return None
-    problems = nodes_validation_errors(profile.to_spec(), pool.nodes.live())
-    if problems:
-        raise ApplicationError(
-            f"{profile.name} does not fit {len(problems)} node(s) of pool {pool.name}.",
-            errors={"profile": [f"{name}: {msg}" for name, msg in problems[:10]]},
-        )
-    if current and current.profile_id == profile.pk:
+    before = {"profile": current.profile.name if current and current.profile else None}
+    if profile is not None:
+        problems = nodes_validation_errors(profile.to_spec(), pool.nodes.live())
+        if problems:
+            raise ApplicationError(
+                f"{profile.name} does not fit {len(problems)} node(s) of pool {pool.name}.",
+                errors={"profile": [f"{name}: {msg}" for name, msg in problems[:10]]},
+            )
+        if current and current.qos_policy:
+            _check_consistency(current.qos_policy, [profile], field="profile")
+    if (current.profile if current else None) == profile:
         return current
     sharing, _ = PoolSharing.objects.update_or_create(pool=pool, defaults={"profile": profile})
-    audit_record(actor=actor, action="pool.set_profile", obj=pool, before=before, after={"profile": profile.name})
+    audit_record(
+        actor=actor,
+        action="pool.set_profile",
+        obj=pool,
+        before=before,
+        after={"profile": getattr(profile, "name", None)},
+    )
     desired_state_changed.send(sender=PoolSharing)
     return sharing
 
@@ -161,3 +170,156 @@ def node_unpin(*, actor: Actor, node: Node) -> None:
     audit_record(actor=actor, action="node.unpin", obj=node, before={"profile": pin.profile.name}, after=None)
     pin.delete()
     desired_state_changed.send(sender=NodePin)
+
+
+# --- QoS policies ----------------------------------------------------------------------------------------------------
+
+QOS_FIELDS = tuple(
+    f.name for f in QoSPolicy._meta.get_fields() if f.concrete and f.name not in ("id", "created_at", "updated_at")
+)
+
+
+def qos_snapshot(policy: QoSPolicy) -> dict:
+    return {f: getattr(policy, f) for f in QOS_FIELDS}
+
+
+def _check_qos(policy: QoSPolicy) -> None:
+    errors: dict[str, list[str]] = {}
+    try:
+        policy.full_clean()
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    if policy.exclusive_taint:
+        try:
+            parse_taint(policy.exclusive_taint)
+        except ValueError as exc:
+            errors.setdefault("exclusive_taint", []).append(str(exc))
+    low, high = policy.gpu_clock_min_mhz, policy.gpu_clock_max_mhz
+    if (low is None) != (high is None):
+        errors.setdefault("gpu_clock_max_mhz", []).append("Give both the minimum and maximum locked clock, or neither.")
+    elif low is not None and low > high:
+        errors.setdefault("gpu_clock_max_mhz", []).append("The maximum clock must be at least the minimum.")
+    if errors:
+        first = next(iter(errors.values()))[0]
+        raise ApplicationError(f"The QoS policy is not valid: {first}", errors=errors)
+
+
+def _profiles_running_with(policy: QoSPolicy) -> list[SharingProfile]:
+    """Every profile a node can run while this policy applies: pool defaults and the windows that use it."""
+    profiles = set(SharingProfile.objects.filter(pools__qos_policy=policy))
+    profiles |= {w.profile for w in policy.schedule_windows.select_related("profile")}
+    return sorted(profiles, key=lambda p: p.name)
+
+
+def _check_consistency(policy: QoSPolicy, profiles, *, field: str = "qos_policy") -> None:
+    """Refuse a policy that contradicts a sharing mode it would run with (e.g. memory isolation on time-slicing)."""
+    messages = [
+        f"{profile.name}: {message}"
+        for profile in profiles
+        for messages in consistency_errors(policy.to_policy_spec(), profile.mode).values()
+        for message in messages
+    ]
+    if messages:
+        raise ApplicationError(messages[0], errors={field: messages})
+
+
+@transaction.atomic
+def qos_policy_create(*, actor: Actor, **values) -> QoSPolicy:
+    policy = QoSPolicy(**{k: v for k, v in values.items() if k in QOS_FIELDS})
+    _check_qos(policy)
+    policy.save()
+    audit_record(actor=actor, action="qos.create", obj=policy, after=qos_snapshot(policy))
+    return policy
+
+
+@transaction.atomic
+def qos_policy_update(*, actor: Actor, policy: QoSPolicy, **values) -> QoSPolicy:
+    """Change a policy; refused if it would contradict a profile it runs with. Agent nodes get it by rollout."""
+    policy = QoSPolicy.objects.select_for_update().get(pk=policy.pk)
+    before = qos_snapshot(policy)
+    for key in QOS_FIELDS:
+        if key in values:
+            setattr(policy, key, values[key])
+    _check_qos(policy)
+    if qos_snapshot(policy) == before:
+        return policy
+    _check_consistency(policy, _profiles_running_with(policy), field="non_field_errors")
+    policy.save()
+    audit_record(actor=actor, action="qos.update", obj=policy, before=before, after=qos_snapshot(policy))
+    desired_state_changed.send(sender=QoSPolicy)
+    return policy
+
+
+@transaction.atomic
+def qos_policy_delete(*, actor: Actor, policy: QoSPolicy) -> None:
+    try:
+        audit_record(actor=actor, action="qos.delete", obj=policy, before=qos_snapshot(policy))
+        policy.delete()
+    except ProtectedError as exc:
+        raise ApplicationError(f"QoS policy {policy.name} is in use; detach it first.", status=409) from exc
+
+
+@transaction.atomic
+def pool_set_qos_policy(*, actor: Actor, pool: NodePool, policy: QoSPolicy | None) -> PoolSharing:
+    """Make `policy` the pool's default QoS policy (None removes it), checked against the pool's profiles."""
+    current = PoolSharing.objects.select_for_update().filter(pool=pool).first()
+    if policy is not None:
+        profiles = [current.profile] if current and current.profile else []
+        # Windows without their own policy run with the pool's (reverse relation: no import of scheduling).
+        schedule = getattr(pool, "schedule", None)
+        if schedule is not None:
+            profiles += [w.profile for w in schedule.windows.filter(qos_policy__isnull=True).select_related("profile")]
+        _check_consistency(policy, profiles)
+    before = {"qos_policy": current.qos_policy.name if current and current.qos_policy else None}
+    sharing, _ = PoolSharing.objects.update_or_create(pool=pool, defaults={"qos_policy": policy})
+    after = {"qos_policy": policy.name if policy else None}
+    if after != before:
+        audit_record(actor=actor, action="pool.set_qos_policy", obj=pool, before=before, after=after)
+        desired_state_changed.send(sender=PoolSharing)
+    return sharing
+
+
+@transaction.atomic
+def qos_compliance_record(*, pool: NodePool, policy: QoSPolicy | None, now=None) -> QoSComplianceReport:
+    """Check the pool's observed GPU pods (and kubelet settings) against `policy`; keep the result for the UI."""
+    now = now or timezone.now()
+    violations, mismatches, pods_checked = [], [], 0
+    if policy is not None:
+        nodes = list(pool.nodes.live().only("pk", "name", "kubelet_config"))
+        gpus = dict(Gpu.objects.live().filter(node__in=nodes).values_list("node__name").annotate(n=Count("pk")))
+        pods = [
+            PodView(p.namespace, p.name, p.node.name, p.spec, p.gpu_resources, p.priority_class)
+            for p in Pod.objects.filter(node__in=nodes)
+            .select_related("node")
+            .only("namespace", "name", "spec", "gpu_resources", "priority_class", "node__name")
+        ]
+        pods_checked = len(pods)
+        violations = [asdict(v) for v in check_pods(policy.workload_rules(), pods, gpus)]
+        mismatches = kubelet_mismatches(policy, nodes)
+    report, _ = QoSComplianceReport.objects.update_or_create(
+        pool=pool,
+        defaults={
+            "policy": policy,
+            "checked_at": now,
+            "pods_checked": pods_checked,
+            "violation_count": len(violations),
+            "violations": violations,
+            "kubelet_mismatches": mismatches,
+        },
+    )
+    return report
+
+
+KUBELET_SETTINGS = (("topology_manager_policy", "topologyManagerPolicy"), ("cpu_manager_policy", "cpuManagerPolicy"))
+
+
+def kubelet_mismatches(policy: QoSPolicy, nodes) -> list[dict]:
+    """Nodes whose kubelet runs other topology/CPU manager policies than the policy expects (read, not changed)."""
+    result = []
+    for node in nodes:
+        for field, key in KUBELET_SETTINGS:
+            expected = getattr(policy, field)
+            actual = (node.kubelet_config or {}).get(key)
+            if expected and actual is not None and actual != expected:
+                result.append({"node": node.name, "setting": key, "expected": expected, "actual": actual})
+    return result

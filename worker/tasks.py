@@ -3,6 +3,9 @@
 from celery import shared_task
 from django.conf import settings
 
+from fleet.models import NodePool
+from scheduling.selectors import pool_states
+from sharing.services import qos_compliance_record
 from worker import reconcile as reconcile_module
 from worker import services
 from worker.choices import RolloutStatus
@@ -40,3 +43,22 @@ def node_changes_step(self, change_ids: list[int], rollout_id: int) -> dict:
     if result.active and not self.request.is_eager:
         node_changes_step.apply_async((result.active, rollout_id), countdown=settings.TESSERA["STEP_POLL_SECONDS"])
     return {"active": len(result.active), "finished": result.finished}
+
+
+@shared_task(soft_time_limit=50, time_limit=60, expires=240)
+def qos_compliance_refresh() -> int:
+    """Beat's tick for QoS: one compliance check per pool that has a policy now or had a report before."""
+    pool_ids = list(NodePool.objects.values_list("pk", flat=True))
+    for pool_id in pool_ids:
+        qos_compliance_check.apply_async((pool_id,), expires=240)
+    return len(pool_ids)
+
+
+@shared_task(soft_time_limit=110, time_limit=120)
+def qos_compliance_check(pool_id: int) -> int:
+    """Check one pool's pods against the QoS policy in force now (schedule window, baseline or pool default)."""
+    pool = NodePool.objects.filter(pk=pool_id).first()
+    if pool is None:
+        return 0
+    policy = pool_states([pool_id])[pool_id].qos_policy
+    return qos_compliance_record(pool=pool, policy=policy).violation_count

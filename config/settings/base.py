@@ -178,6 +178,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 TESSERA = {
     # A node whose last observation (agent report or Kubernetes watch) is older than this is stale.
     "STALE_AFTER_SECONDS": env.int("TESSERA_STALE_AFTER_SECONDS", default=180),
+    # Seconds between node agent reports, handed out at registration; an agent node missing 3 reports is stale.
+    "AGENT_INTERVAL_SECONDS": env.int("TESSERA_AGENT_INTERVAL_SECONDS", default=15),
     "API_MAX_PAGE_SIZE": 1000,
     # How often an in-flight node change is polled (waiting for idle GPUs, verifying MIG Manager's result).
     "STEP_POLL_SECONDS": env.float("TESSERA_STEP_POLL_SECONDS", default=2.0),
@@ -192,6 +194,11 @@ TESSERA = {
     },
 }
 CELERY_BEAT_SCHEDULE = {
+    "qos-compliance": {
+        "task": "worker.tasks.qos_compliance_refresh",
+        "schedule": env.float("TESSERA_COMPLIANCE_SECONDS", default=300.0),
+        "options": {"expires": 240},
+    },
     "reconcile-tick": {
         "task": "worker.tasks.reconcile_tick",
         "schedule": env.float("TESSERA_RECONCILE_SECONDS", default=30.0),

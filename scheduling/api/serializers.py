@@ -7,16 +7,17 @@ from rest_framework import serializers
 from core.api.fields import RefField
 from fleet.models import NodePool
 from scheduling.models import Schedule, ScheduleException, ScheduleWindow
-from sharing.models import SharingProfile
+from sharing.models import QoSPolicy, SharingProfile
 
 
 class ScheduleWindowSerializer(serializers.ModelSerializer):
     profile = RefField("sharingprofile-detail", queryset=SharingProfile.objects.all())
+    qos_policy = RefField("qospolicy-detail", queryset=QoSPolicy.objects.all(), allow_null=True, required=False)
     weekdays = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=6), allow_empty=False)
 
     class Meta:
         model = ScheduleWindow
-        fields = ["name", "weekdays", "start", "end", "profile"]
+        fields = ["name", "weekdays", "start", "end", "profile", "qos_policy"]
 
 
 class ScheduleExceptionSerializer(serializers.ModelSerializer):
@@ -29,15 +30,33 @@ class ScheduleSerializer(serializers.ModelSerializer):
     """A pool's schedule; writing `windows` or `exceptions` replaces them as a whole."""
 
     pool = RefField("nodepool-detail", queryset=NodePool.objects.all())
-    baseline_profile = RefField("sharingprofile-detail", queryset=SharingProfile.objects.all(), allow_null=True,
-                                required=False)  # fmt: skip
+    baseline_profile = RefField(
+        "sharingprofile-detail", queryset=SharingProfile.objects.all(), allow_null=True, required=False
+    )
+    baseline_qos_policy = RefField(
+        "qospolicy-detail", queryset=QoSPolicy.objects.all(), allow_null=True, required=False
+    )
     windows = ScheduleWindowSerializer(many=True)
     exceptions = ScheduleExceptionSerializer(many=True, required=False)
 
     class Meta:
         model = Schedule
-        fields = ["id", "url", "pool", "name", "time_zone", "baseline_profile", "busy_policy", "wait_minutes",
-                  "enabled", "windows", "exceptions", "created_at", "updated_at"]  # fmt: skip
+        fields = [
+            "id",
+            "url",
+            "pool",
+            "name",
+            "time_zone",
+            "baseline_profile",
+            "baseline_qos_policy",
+            "busy_policy",
+            "wait_minutes",
+            "enabled",
+            "windows",
+            "exceptions",
+            "created_at",
+            "updated_at",
+        ]
         extra_kwargs = {"time_zone": {"validators": []}}
 
     def validate_time_zone(self, value):
@@ -67,6 +86,8 @@ class TransitionSerializer(serializers.Serializer):
     pool = serializers.SerializerMethodField()
     from_profile = RefField("sharingprofile-detail", read_only=True)
     to_profile = RefField("sharingprofile-detail", read_only=True)
+    from_qos = RefField("qospolicy-detail", read_only=True)
+    to_qos = RefField("qospolicy-detail", read_only=True)
     nodes = serializers.IntegerField()
 
     def get_local(self, t) -> str:

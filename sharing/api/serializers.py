@@ -6,7 +6,7 @@ from rest_framework import serializers
 from core.api.fields import RefField, ref_to
 from fleet.models import Node, NodePool
 from sharing.mig import PRODUCTS, parse_layout
-from sharing.models import NodePin, SharingProfile
+from sharing.models import NodePin, QoSComplianceReport, QoSPolicy, SharingProfile
 
 
 @extend_schema_field(
@@ -214,3 +214,55 @@ class DesiredStateSerializer(serializers.Serializer):
         if row.profile is None:
             return None
         return ref_to(row.profile, "sharingprofile-detail", self.context.get("request"))
+
+
+class QoSPolicySerializer(serializers.ModelSerializer):
+    """A QoS policy: workload rules, GPU settings and host tuning (applied by agents), kubelet expectations."""
+
+    class Meta:
+        model = QoSPolicy
+        fields = [
+            "id",
+            "url",
+            "name",
+            "description",
+            "required_qos",
+            "required_priority_class",
+            "max_pods_per_gpu",
+            "exclusive_taint",
+            "requires_memory_isolation",
+            "enforce_admission",
+            "persistence_mode",
+            "compute_mode",
+            "time_slice_interval",
+            "mps_active_thread_percentage",
+            "mps_pinned_memory_limit_mib",
+            "gpu_clock_min_mhz",
+            "gpu_clock_max_mhz",
+            "power_limit_w",
+            "transparent_hugepages",
+            "swappiness",
+            "cpu_governor",
+            "dirty_ratio",
+            "dirty_background_ratio",
+            "topology_manager_policy",
+            "cpu_manager_policy",
+            "created_at",
+            "updated_at",
+        ]
+        extra_kwargs = {"url": {"view_name": "qospolicy-detail"}}
+
+
+class QoSAttachSerializer(serializers.Serializer):
+    pool = serializers.PrimaryKeyRelatedField(queryset=NodePool.objects.all())
+
+
+class QoSComplianceSerializer(serializers.ModelSerializer):
+    pool = RefField("nodepool-detail", read_only=True)
+    policy = RefField("qospolicy-detail", read_only=True)
+    violations = serializers.ListField(child=serializers.DictField())
+    kubelet_mismatches = serializers.ListField(child=serializers.DictField())
+
+    class Meta:
+        model = QoSComplianceReport
+        fields = ["pool", "policy", "checked_at", "pods_checked", "violation_count", "violations", "kubelet_mismatches"]

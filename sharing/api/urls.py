@@ -9,6 +9,8 @@ router = SimpleRouter()
 router.register("profiles", views.SharingProfileViewSet)
 router.register("node-pins", views.NodePinViewSet)
 router.register("desired-states", views.DesiredStateViewSet, basename="desired-state")
+router.register("qos-policies", views.QoSPolicyViewSet)
+router.register("qos-compliance", views.QoSComplianceViewSet)
 
 urlpatterns = [
     path("mig/validate/", views.MigValidateView.as_view(), name="mig-validate"),

@@ -14,7 +14,7 @@ from scheduling.selectors import desired_vs_observed
 from sharing import selectors, services
 from sharing.api import serializers
 from sharing.mig import PRODUCTS, validate_layout
-from sharing.models import NodePin, SharingProfile
+from sharing.models import NodePin, QoSComplianceReport, QoSPolicy, SharingProfile
 
 
 class SharingProfileViewSet(viewsets.ModelViewSet):
@@ -137,3 +137,56 @@ class MigProductsView(APIView):
     def get(self, request):
         products = sorted(PRODUCTS.values(), key=lambda p: p.name)
         return Response(serializers.GpuProductSerializer(products, many=True).data)
+
+
+class QoSPolicyViewSet(viewsets.ModelViewSet):
+    """QoS policies (admins write); attaching one to a pool is an operator's move, checked for consistency."""
+
+    queryset = QoSPolicy.objects.all()
+    serializer_class = serializers.QoSPolicySerializer
+    search_fields = ["name", "description"]
+    ordering_fields = ["name", "updated_at"]
+    action_roles = {"attach": Role.OPERATOR, "detach": Role.OPERATOR}
+
+    def perform_create(self, serializer):
+        serializer.instance = services.qos_policy_create(
+            actor=Actor.from_request(self.request), **serializer.validated_data
+        )
+
+    def perform_update(self, serializer):
+        serializer.instance = services.qos_policy_update(
+            actor=Actor.from_request(self.request), policy=serializer.instance, **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance):
+        services.qos_policy_delete(actor=Actor.from_request(self.request), policy=instance)
+
+    @extend_schema(request=serializers.QoSAttachSerializer, responses=serializers.QoSPolicySerializer)
+    @action(detail=True, methods=["post"])
+    def attach(self, request, pk=None):
+        """Make this the default QoS policy of a pool."""
+        policy = self.get_object()
+        body = serializers.QoSAttachSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        services.pool_set_qos_policy(actor=Actor.from_request(request), pool=body.validated_data["pool"], policy=policy)
+        return Response(self.get_serializer(policy).data)
+
+    @extend_schema(request=serializers.QoSAttachSerializer, responses=serializers.QoSPolicySerializer)
+    @action(detail=True, methods=["post"])
+    def detach(self, request, pk=None):
+        """Remove the pool's default QoS policy (if it is this one)."""
+        policy = self.get_object()
+        body = serializers.QoSAttachSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        pool = body.validated_data["pool"]
+        if getattr(getattr(pool, "sharing", None), "qos_policy_id", None) == policy.pk:
+            services.pool_set_qos_policy(actor=Actor.from_request(request), pool=pool, policy=None)
+        return Response(self.get_serializer(policy).data)
+
+
+class QoSComplianceViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """The last compliance report of each pool: pods breaking their pool's QoS rules, kubelet mismatches."""
+
+    queryset = QoSComplianceReport.objects.select_related("pool", "policy").order_by("pool__name")
+    serializer_class = serializers.QoSComplianceSerializer
+    filterset_fields = ["pool", "policy"]

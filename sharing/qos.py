@@ -1,0 +1,197 @@
+"""QoS rules as plain values: Kubernetes' pod QoS class, workload-rule checks, and policy consistency checks.
+
+Pure (no Django, no I/O). Pod QoS follows kubernetes.io "Pod Quality of Service Classes" (nvidia-contracts.md §7.3):
+only CPU and memory count, init containers included, a missing request defaults to the limit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+
+GUARANTEED, BURSTABLE, BEST_EFFORT = "Guaranteed", "Burstable", "BestEffort"
+QOS_RANK = {BEST_EFFORT: 0, BURSTABLE: 1, GUARANTEED: 2}
+REQUIRED_QOS = {"any": BEST_EFFORT, "burstable": BURSTABLE, "guaranteed": GUARANTEED}
+SHARED_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
+
+_QUANTITY_RE = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+_SUFFIX = {
+    "": 1,
+    "m": Decimal("0.001"),
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
+
+
+def parse_quantity(value) -> Decimal:
+    """A Kubernetes resource quantity ("500m", "2Gi", "1e3", 4) as a number, so "1" equals "1000m"."""
+    match = _QUANTITY_RE.match(str(value).strip())
+    if match is None or match.group(2) not in _SUFFIX:
+        raise ValueError(f"{value!r} is not a Kubernetes quantity")
+    try:
+        return Decimal(match.group(1)) * _SUFFIX[match.group(2)]
+    except InvalidOperation as exc:
+        raise ValueError(f"{value!r} is not a Kubernetes quantity") from exc
+
+
+def qos_class(spec: Mapping) -> str:
+    """The QoS class Kubernetes gives a pod spec (containers and initContainers with their resources)."""
+    containers = [*spec.get("containers", []), *spec.get("initContainers", [])]
+    guaranteed, any_set = bool(containers), False
+    for container in containers:
+        resources = container.get("resources") or {}
+        limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+        for name in ("cpu", "memory"):
+            limit, request = limits.get(name), requests.get(name, limits.get(name))
+            any_set = any_set or limit is not None or name in requests
+            if limit is None or request is None or parse_quantity(limit) != parse_quantity(request):
+                guaranteed = False
+    if guaranteed:
+        return GUARANTEED
+    return BURSTABLE if any_set else BEST_EFFORT
+
+
+@dataclass(frozen=True)
+class WorkloadRules:
+    """What a policy demands of the pods on its pool's nodes."""
+
+    required_qos: str = "any"  # any | burstable (at least) | guaranteed
+    required_priority_class: str = ""
+    max_pods_per_gpu: int | None = None
+    exclusive_taint: str = ""  # key=value:Effect; pods must tolerate it
+
+
+@dataclass(frozen=True)
+class PodView:
+    """The facts about one observed pod that the rules look at."""
+
+    namespace: str
+    name: str
+    node: str
+    spec: Mapping = field(default_factory=dict)
+    gpu_resources: Mapping[str, int] = field(default_factory=dict)
+    priority_class: str = ""
+
+
+@dataclass(frozen=True)
+class Violation:
+    namespace: str
+    name: str
+    node: str
+    rule: str  # qos | priority | max_pods_per_gpu | exclusive
+    message: str
+
+
+def parse_taint(text: str) -> tuple[str, str, str]:
+    """`key=value:Effect` (value optional) → (key, value, effect); raises ValueError with the expected form."""
+    match = re.match(r"^([A-Za-z0-9./_-]+)(?:=([A-Za-z0-9._-]*))?:(NoSchedule|PreferNoSchedule|NoExecute)$", text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a taint; write key=value:NoSchedule (or PreferNoSchedule, NoExecute)")
+    return match.group(1), match.group(2) or "", match.group(3)
+
+
+def tolerates(tolerations: Sequence[Mapping], taint: tuple[str, str, str]) -> bool:
+    """Kubernetes' toleration matching: Exists matches any value; an empty key with Exists matches every taint."""
+    key, value, effect = taint
+    for toleration in tolerations or ():
+        if toleration.get("effect") and toleration["effect"] != effect:
+            continue
+        operator = toleration.get("operator", "Equal")
+        if operator == "Exists" and toleration.get("key", "") in ("", key):
+            return True
+        if operator == "Equal" and toleration.get("key") == key and toleration.get("value", "") == value:
+            return True
+    return False
+
+
+def check_pods(rules: WorkloadRules, pods: Sequence[PodView], gpus_per_node: Mapping[str, int]) -> list[Violation]:
+    """Every rule each pod breaks; `gpus_per_node` counts physical GPUs for the per-GPU pod cap."""
+    violations = []
+    required = REQUIRED_QOS[rules.required_qos]
+    taint = parse_taint(rules.exclusive_taint) if rules.exclusive_taint else None
+    for pod in pods:
+        where = (pod.namespace, pod.name, pod.node)
+        actual = qos_class(pod.spec)
+        if QOS_RANK[actual] < QOS_RANK[required]:
+            violations.append(Violation(*where, "qos", f"QoS class {actual}; the pool requires {required}"))
+        priority = pod.priority_class or pod.spec.get("priorityClassName", "")
+        if rules.required_priority_class and priority != rules.required_priority_class:
+            got = priority or "none"
+            violations.append(
+                Violation(*where, "priority", f"priority class {got}; required {rules.required_priority_class}")
+            )
+        if taint and not tolerates(pod.spec.get("tolerations", []), taint):
+            violations.append(
+                Violation(*where, "exclusive", f"does not tolerate the pool's taint {rules.exclusive_taint}")
+            )
+    if rules.max_pods_per_gpu:
+        violations.extend(_oversubscribed(rules.max_pods_per_gpu, pods, gpus_per_node))
+    return violations
+
+
+def _oversubscribed(cap: int, pods: Sequence[PodView], gpus_per_node: Mapping[str, int]) -> list[Violation]:
+    """Pods beyond `cap` per physical GPU on a node sharing whole GPUs (time-slicing or MPS replicas)."""
+    by_node: dict[str, list[PodView]] = {}
+    for pod in pods:
+        if any(pod.gpu_resources.get(name) for name in SHARED_GPU_RESOURCES):
+            by_node.setdefault(pod.node, []).append(pod)
+    violations = []
+    for node, sharing in by_node.items():
+        allowed = cap * gpus_per_node.get(node, 0)
+        for pod in sorted(sharing, key=lambda p: (p.namespace, p.name))[allowed:]:
+            violations.append(
+                Violation(
+                    pod.namespace,
+                    pod.name,
+                    node,
+                    "max_pods_per_gpu",
+                    f"{len(sharing)} pods share {gpus_per_node.get(node, 0)} GPUs; at most {cap} per GPU",
+                )
+            )
+    return violations
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """The parts of a QoS policy the consistency checks read."""
+
+    requires_memory_isolation: bool = False
+    mps_active_thread_percentage: int | None = None
+    mps_pinned_memory_limit_mib: int | None = None
+    time_slice_interval: str = ""
+    required_qos: str = "any"
+
+
+def consistency_errors(policy: PolicySpec, sharing_mode: str) -> dict[str, list[str]]:
+    """Why this policy contradicts the sharing mode it would run with, per field (checked before anything applies)."""
+    errors: dict[str, list[str]] = {}
+    if policy.requires_memory_isolation and sharing_mode in ("time_slicing", "mps"):
+        what = "time-slicing" if sharing_mode == "time_slicing" else "MPS"
+        errors["requires_memory_isolation"] = [f"{what} gives no memory isolation; use MIG or whole GPUs."]
+    if sharing_mode != "mps":
+        for name in ("mps_active_thread_percentage", "mps_pinned_memory_limit_mib"):
+            if getattr(policy, name) is not None:
+                errors[name] = [
+                    f"MPS limits have no effect: the profile shares GPUs by {sharing_mode.replace('_', '-')}."
+                ]
+    if policy.time_slice_interval and sharing_mode == "mig":
+        errors["time_slice_interval"] = ["The time-slice length applies to whole GPUs, not MIG devices."]
+    return errors
+
+
+def flagged_share(rules: WorkloadRules, pods: Sequence[PodView], gpus_per_node: Mapping[str, int]) -> tuple[int, int]:
+    """(pods the rules would flag, pods observed): shown before a policy is attached."""
+    flagged = {(v.namespace, v.name) for v in check_pods(rules, pods, gpus_per_node)}
+    return len(flagged), len(pods)
