@@ -17,6 +17,9 @@ api_v1 = [
 urlpatterns = [
     path("", include("fleet.urls")),
     path("", include("core.urls")),
+    path("", include("sharing.urls")),
+    path("", include("scheduling.urls")),
+    path("", include("worker.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

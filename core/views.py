@@ -1,14 +1,25 @@
-"""Health, readiness and Prometheus metrics endpoints, and the user's own API token page."""
+"""Health, readiness and metrics endpoints, the user's API token page, the audit log, and helpers of UI views."""
+
+import json
+from functools import wraps
 
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.db import connection
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseLocation
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core import services
+from core.filtersets import AuditEventFilterSet
 from core.metrics import REGISTRY
+from core.models import AuditEvent
+from core.roles import Role, has_role
 
 
 @require_GET
@@ -43,3 +54,126 @@ def token_detail(request):
         return redirect("token_detail")
     token = services.api_token_get_or_create(user=request.user)
     return render(request, "core/token_detail.html", {"token": token})
+
+
+# --- shared by the UI views of every app ---------------------------------------------------------------------------
+
+
+def role_required(role: Role):
+    """Sign-in first, then 403 for a user below `role`: every POST of the UI goes through this."""
+
+    def decorator(view):
+        @wraps(view)
+        @login_required
+        def wrapper(request, *args, **kwargs):
+            if not has_role(request.user, role):
+                raise PermissionDenied(f"This needs the {role.name.lower()} role.")
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator
+
+
+def redirect_after_change(request, url: str):
+    """After a successful change: HX-Location over HTMX (no full reload), a plain 302 otherwise."""
+    if request.htmx:
+        return HttpResponseLocation(url)
+    return redirect(url)
+
+
+def wants_fragment(request) -> bool:
+    """HTMX asks for a fragment, except when restoring a page missing from its history cache."""
+    return bool(request.htmx) and not request.htmx.history_restore_request
+
+
+def form_add_service_errors(form, exc, *, fields: dict[str, str] | None = None) -> None:
+    """Show an ApplicationError (or a model ValidationError) in a form: each message beside its field.
+
+    `fields` maps the service's field names to the form's; unknown fields become form-wide errors.
+    """
+    errors = getattr(exc, "errors", None) or getattr(exc, "message_dict", None) or {}
+    fields = fields or {}
+    placed = False
+    for key, messages in errors.items():
+        name = fields.get(key, key)
+        target = name if name in form.fields else None
+        for message in messages:
+            form.add_error(target, message)
+            placed = True
+    if not placed:
+        form.add_error(None, getattr(exc, "message", None) or "; ".join(getattr(exc, "messages", [str(exc)])))
+
+
+# --- audit log -----------------------------------------------------------------------------------------------------
+
+AUDIT_PAGE_SIZE = 50
+AUDIT_OBJECT_TYPES = ("sharingprofile", "nodepool", "node", "schedule", "rollout", "nodechange", "cluster", "user")
+_MISSING = object()
+AUDIT_DIFF_ROWS = 6
+_OBJECT_URLS = {
+    "sharingprofile": "sharing:profile_detail",
+    "nodepool": "fleet:pool_detail",
+    "node": "fleet:node_detail",
+    "cluster": "fleet:cluster_detail",
+    "schedule": "scheduling:schedule_detail",
+    "rollout": "worker:rollout_detail",
+}
+
+
+def _compact(value) -> str:
+    text = json.dumps(value, separators=(", ", ": "), ensure_ascii=False, default=str)
+    return text if len(text) <= 160 else text[:157] + "…"
+
+
+def audit_diff(before, after) -> list[dict]:
+    """Before → after as rows of what changed: one row per changed key of objects (a created or deleted object
+    lists its keys), else the two values whole; at most AUDIT_DIFF_ROWS rows and a last one saying how many more."""
+    if isinstance(before, dict) or isinstance(after, dict):
+        old = before if isinstance(before, dict) else {}
+        new = after if isinstance(after, dict) else {}
+        keys = [k for k in {**old, **new} if old.get(k, _MISSING) != new.get(k, _MISSING)]
+        rows = [
+            {
+                "key": k,
+                "before": _compact(old[k]) if k in old else None,
+                "after": _compact(new[k]) if k in new else None,
+            }
+            for k in keys[:AUDIT_DIFF_ROWS]
+        ]
+        if len(keys) > AUDIT_DIFF_ROWS:
+            rows.append({"key": "", "before": None, "after": None, "more": len(keys) - AUDIT_DIFF_ROWS})
+        return rows
+    if before is None and after is None:
+        return []
+    return [
+        {
+            "key": "",
+            "before": None if before is None else _compact(before),
+            "after": None if after is None else _compact(after),
+        }
+    ]
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def audit_log(request):
+    """Every change of desired state and every rollout transition, filterable; HTMX swaps only the table."""
+    filterset = AuditEventFilterSet(request.GET, queryset=AuditEvent.objects.all())
+    page = Paginator(filterset.qs, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    page.elided_range = list(page.paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1))
+    for event in page.object_list:
+        event.diff = audit_diff(event.before, event.after)
+        name = _OBJECT_URLS.get(event.object_type)
+        event.url = reverse(name, args=[event.object_id]) if name and event.object_id.isdigit() else ""
+    context = {
+        "filterset": filterset,
+        "page_obj": page,
+        "table_url": request.path,
+        "object_types": AUDIT_OBJECT_TYPES,
+        "actor_kinds": AuditEvent.ActorKind.choices,
+        "is_filtered": any(v for k, v in request.GET.items() if k != "page"),
+    }
+    template = "core/audit_log.html"
+    return render(request, f"{template}#audit-table" if wants_fragment(request) else template, context)

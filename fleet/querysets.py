@@ -7,10 +7,23 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from fleet.choices import ClusterDriver
+
 
 def stale_cutoff(now=None):
     """Observations older than this instant make a node stale."""
     return (now or timezone.now()) - timedelta(seconds=settings.TESSERA["STALE_AFTER_SECONDS"])
+
+
+def agent_stale_cutoff(now=None):
+    """A node of an agent cluster is stale once its agent missed three reports."""
+    return (now or timezone.now()) - timedelta(seconds=3 * settings.TESSERA.get("AGENT_INTERVAL_SECONDS", 15))
+
+
+def _fresh_q(now=None) -> Q:
+    now = now or timezone.now()
+    agent = Q(cluster__driver=ClusterDriver.AGENT)
+    return (agent & Q(last_seen_at__gte=agent_stale_cutoff(now))) | (~agent & Q(last_seen_at__gte=stale_cutoff(now)))
 
 
 class ClusterQuerySet(models.QuerySet):
@@ -37,10 +50,10 @@ class NodeQuerySet(models.QuerySet):
         return self.filter(pool=pool)
 
     def stale(self, now=None):
-        return self.filter(Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=stale_cutoff(now)))
+        return self.exclude(_fresh_q(now))
 
     def fresh(self, now=None):
-        return self.filter(last_seen_at__gte=stale_cutoff(now))
+        return self.filter(_fresh_q(now))
 
     def with_gpu_summary(self):
         """GPU count, unhealthy count, mean utilisation and the products, computed in the database."""

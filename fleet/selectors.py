@@ -360,6 +360,11 @@ class MigLayout:
         return self.slices * SLICE_WIDTH
 
     @property
+    def any_in_use(self) -> bool:
+        """Whether the "in use" marker appears (never on a planned layout), so the legend only explains what shows."""
+        return any(b.in_use_by for b in self.blocks)
+
+    @property
     def axis(self) -> list[dict]:
         return [{"index": i, "x": i * SLICE_WIDTH + SLICE_WIDTH // 2} for i in range(self.slices)]
 
@@ -404,3 +409,27 @@ def mig_layout(gpu: Gpu, mig_devices) -> MigLayout:
         entry = legend.setdefault(block.profile, {"profile": block.profile, "colour": block.colour, "count": 0})
         entry["count"] += 1
     return MigLayout(slices=slices, blocks=blocks, free=free, legend=list(legend.values()))
+
+
+@dataclass(frozen=True)
+class _PlannedDevice:
+    """A MIG device of a layout not applied yet, in the shape `mig_layout` draws."""
+
+    profile: str
+    start: int
+    size: int
+    uuid: str = ""
+    in_use_by: str = ""
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+@dataclass(frozen=True)
+class _PlannedGpu:
+    product: str
+
+
+def planned_mig_layout(product: str, placements) -> MigLayout:
+    """The MIG drawing of a layout before it is applied, from `validate_layout(...).placements` of that product."""
+    devices = [_PlannedDevice(p.profile, p.start, p.size) for p in placements]
+    return mig_layout(_PlannedGpu(product), devices)

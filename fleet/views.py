@@ -6,11 +6,17 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
+from core.roles import Role, has_role
 from fleet import selectors
 from fleet.filtersets import GpuFilterSet, NodeFilterSet
 from fleet.models import Cluster, Gpu, Node, NodePool
+from scheduling.selectors import desired_vs_observed, upcoming_transitions
+from sharing.models import NodePin, SharingProfile
+from worker.models import NodeChange
 
 PAGE_SIZE = 50
+NODE_CHANGES = 20
+UPCOMING_HOURS = 48
 
 
 def _page(request, rows):
@@ -47,6 +53,8 @@ def overview(request):
     context["table_url"] = request.path
     if not _wants_fragment(request):
         context["stats"] = selectors.fleet_overview()
+        context["upcoming"] = upcoming_transitions(hours=UPCOMING_HOURS)
+        context["upcoming_hours"] = UPCOMING_HOURS
     return _render_table(request, "fleet/overview.html", "node-table", context)
 
 
@@ -70,9 +78,17 @@ def node_list(request):
 @login_required
 @require_GET
 def node_detail(request, pk):
-    """One node as it last reported: place, versions, sharing config state, and its GPUs with their MIG layouts."""
+    """One node as it last reported, beside what it should be (pin, schedule or pool); its change history and GPUs."""
     node = get_object_or_404(selectors.node_detail_queryset(), pk=pk)
-    context = {"node": node, "gpus": selectors.node_gpus(node)}
+    context = {
+        "node": node,
+        "gpus": selectors.node_gpus(node),
+        "desired": desired_vs_observed([node])[0],
+        "pin": NodePin.objects.filter(node=node).select_related("profile", "pinned_by").first(),
+        "changes": list(NodeChange.objects.filter(node=node).select_related("rollout").order_by("-pk")[:NODE_CHANGES]),
+    }
+    if has_role(request.user, Role.OPERATOR):
+        context["pin_profiles"] = SharingProfile.objects.only("pk", "name", "mode")
     return render(request, "fleet/node_detail.html", context)
 
 

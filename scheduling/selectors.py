@@ -186,7 +186,17 @@ class ScheduledTransition:
 
 def schedule_transitions(schedule: Schedule, start, end) -> list[ScheduledTransition]:
     """Transitions of one schedule in (start, end], with the baseline resolved to the pool's defaults."""
-    return _transitions([schedule], start, end)
+    return _transitions([schedule], start, end, _unpinned_node_counts([schedule.pool_id]))
+
+
+def _unpinned_node_counts(pool_ids) -> dict[int, int]:
+    """Live nodes per pool that follow the pool's schedule (pinned nodes keep their pin)."""
+    return dict(
+        Node.objects.live()
+        .filter(pool_id__in=list(pool_ids), pin__isnull=True)
+        .values_list("pool_id")
+        .annotate(n=Count("pk"))
+    )
 
 
 def _transitions(schedules, start, end, node_counts=None) -> list[ScheduledTransition]:
@@ -236,11 +246,8 @@ def _transitions(schedules, start, end, node_counts=None) -> list[ScheduledTrans
 def upcoming_transitions(*, hours: int = 48, now=None) -> list[ScheduledTransition]:
     """The fleet's schedule changes in the next `hours`, each with the number of nodes it switches (unpinned)."""
     now = now or timezone.now()
-    schedules = Schedule.objects.filter(enabled=True).select_related("pool").prefetch_related("windows", "exceptions")
-    counts = dict(
-        Node.objects.live()
-        .filter(pool__schedule__enabled=True, pin__isnull=True)
-        .values_list("pool_id")
-        .annotate(n=Count("pk"))
+    schedules = list(
+        Schedule.objects.filter(enabled=True).select_related("pool").prefetch_related("windows", "exceptions")
     )
+    counts = _unpinned_node_counts(s.pool_id for s in schedules)
     return _transitions(schedules, now, now + timedelta(hours=hours), counts)

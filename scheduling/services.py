@@ -89,8 +89,9 @@ def _check(schedule: Schedule, window_rows: list[dict], exception_rows: list[dic
     for profile in profiles:
         misfits = nodes_validation_errors(profile.to_spec(), nodes)
         if misfits:
+            count = len({name for name, _ in misfits})
             raise ApplicationError(
-                f"{profile.name} does not fit {len(misfits)} node(s) of pool {schedule.pool.name}.",
+                f"{profile.name} does not fit {count} node(s) of pool {schedule.pool.name}.",
                 errors={"windows": [f"{profile.name}: {name}: {msg}" for name, msg in misfits[:5]]},
             )
 

@@ -333,3 +333,168 @@ def _check_keys(value: object, known: set[str], where: str) -> None:
     unknown = sorted(str(key) for key in value if key not in known)
     if unknown:
         raise ValueError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ValidatingAdmissionPolicy: a QoS policy's pod rules enforced by the API server (admissionregistration.k8s.io/v1)
+# ---------------------------------------------------------------------------------------------------------------
+
+ADMISSION_API_VERSION = "admissionregistration.k8s.io/v1"
+ADMISSION_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared")  # and every nvidia.com/mig-* (§3.5)
+_DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_REQUIRED_QOS = ("any", "burstable", "guaranteed")
+
+# CEL over the pod being created. Every container and init container counts, as in the pod's QoS class (§7.3).
+_CEL_CONTAINERS = "object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
+_CEL_REQUESTS_GPU = (
+    "variables.containers.exists(c, has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(r, "
+    + " || ".join(f"r == '{name}'" for name in ADMISSION_GPU_RESOURCES)
+    + " || r.startsWith('nvidia.com/mig-')))"
+)
+# Quantities compared as quantities ("1" == "1000m"); string() because the schema types them int-or-string.
+_CEL_GUARANTEED = (
+    "variables.containers.all(c, has(c.resources) && has(c.resources.limits) && ['cpu', 'memory'].all(r, "
+    "r in c.resources.limits && (!has(c.resources.requests) || !(r in c.resources.requests) || "
+    "quantity(string(c.resources.requests[r])).compareTo(quantity(string(c.resources.limits[r]))) == 0)))"
+)
+_CEL_NOT_BEST_EFFORT = (
+    "variables.containers.exists(c, has(c.resources) && ("
+    "(has(c.resources.requests) && ('cpu' in c.resources.requests || 'memory' in c.resources.requests)) || "
+    "(has(c.resources.limits) && ('cpu' in c.resources.limits || 'memory' in c.resources.limits))))"
+)
+
+
+def _pool_match(node_pool_label: str) -> tuple[str, str]:
+    """The CEL that says a pod asks for the pool's nodes, and the pool's description for messages."""
+    key, equals, value = node_pool_label.partition("=")
+    key, value = key.strip(), value.strip()
+    if "," in node_pool_label or not _LABEL_KEY_RE.match(key) or (equals and not _LABEL_VALUE_RE.match(value)):
+        expected = "one label, key=value or key (as tessera.io/pool=inference)"
+        raise ValueError(f"node_pool_label must be {expected}, not {node_pool_label!r}")
+    terms = (
+        "has(object.spec.affinity) && has(object.spec.affinity.nodeAffinity) && "
+        "has(object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution) && "
+        "object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+    )
+    selector = f"has(object.spec.nodeSelector) && '{key}' in object.spec.nodeSelector"
+    if equals:
+        selector += f" && object.spec.nodeSelector['{key}'] == '{value}'"
+        expression = f"e.key == '{key}' && e.operator == 'In' && has(e.values) && '{value}' in e.values"
+    else:
+        expression = f"e.key == '{key}' && (e.operator == 'In' || e.operator == 'Exists')"
+    cel = f"({selector}) || ({terms}.exists(t, has(t.matchExpressions) && t.matchExpressions.exists(e, {expression})))"
+    return cel, f"{key}={value}" if equals else key
+
+
+def render_admission_policy(
+    name: str,
+    *,
+    required_qos: str,
+    required_priority_class: str,
+    namespace_selector: Mapping[str, Any] | None = None,
+    node_pool_label: str | None = None,
+) -> tuple[dict, dict]:
+    """A ValidatingAdmissionPolicy and its binding (Kubernetes ≥ 1.30) that deny creating a pod which requests
+    NVIDIA GPUs (nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-* in any container's limits) and breaks a QoS
+    policy's workload rules: not Guaranteed when `required_qos` is "guaranteed" (every container and init container
+    with cpu and memory limits, requests equal to limits where given), no cpu or memory request or limit at all
+    when "burstable", or not the `required_priority_class`.
+
+    What admission can and cannot see, so compliance reports (sharing.qos.check_pods) stay the safety net:
+    - It sees a pod at CREATE, before scheduling: which pool a pod lands in is unknown. With `node_pool_label`
+      ("key=value", or "key" for any value) only pods that ask for the pool are checked: `spec.nodeSelector[key]`
+      equal to the value, or a required node-affinity term `key In [value]` (any of the ORed terms, so a pod that
+      may land there counts). A pod reaching the pool otherwise (no selector, `spec.nodeName` set, other affinity
+      operators) is not checked: pair the policy with the pool's exclusive taint. Without it, every pod that requests
+      GPUs in the bound namespaces is checked.
+    - The object is the defaulted one: requests already copied from limits, and the Priority admission plugin has
+      filled in a globalDefault PriorityClass.
+    - Controllers' pods are denied at pod creation: a Deployment or Job is accepted and its pods fail (FailedCreate
+      events on the ReplicaSet or Job). UPDATE is not matched: QoS class and priority cannot change after creation.
+      Ephemeral containers (added through a subresource) are not checked.
+    - `quantity()` is Kubernetes' CEL quantity library (1.28+); v1 of the API needs 1.30.
+    """
+    if not isinstance(name, str) or _DNS_SUBDOMAIN_RE.match(name) is None:
+        raise ValueError(f"{name!r} is not a Kubernetes object name (a DNS subdomain: a-z 0-9 - .)")
+    if required_qos not in _REQUIRED_QOS:
+        raise ValueError(f"required_qos must be one of {', '.join(_REQUIRED_QOS)}, not {required_qos!r}")
+    if required_priority_class and _DNS_SUBDOMAIN_RE.match(required_priority_class) is None:
+        raise ValueError(f"{required_priority_class!r} is not a PriorityClass name")
+    if required_qos == "any" and not required_priority_class:
+        raise ValueError("nothing to enforce: the policy requires neither a QoS class nor a priority class")
+    selector_keys = {"matchLabels", "matchExpressions"}
+    if namespace_selector is not None and (
+        not isinstance(namespace_selector, Mapping) or not set(namespace_selector) <= selector_keys
+    ):
+        raise ValueError("namespace_selector must be a label selector: {matchLabels: ..., matchExpressions: [...]}")
+
+    variables = [
+        {"name": "containers", "expression": _CEL_CONTAINERS},
+        {"name": "requestsGpu", "expression": _CEL_REQUESTS_GPU},
+    ]
+    applies, who = "!variables.requestsGpu", "pods that request NVIDIA GPUs"
+    if node_pool_label:
+        pool_cel, pool = _pool_match(node_pool_label)
+        variables.append({"name": "inPool", "expression": pool_cel})
+        applies, who = "!variables.requestsGpu || !variables.inPool", f"{who} on nodes selected by {pool}"
+    prefix = f"Tessera QoS policy {name}"
+    validations = []
+    if required_qos == "guaranteed":
+        validations.append(
+            {
+                "expression": f"{applies} || {_CEL_GUARANTEED}",
+                "message": f"{prefix} (rule qos): {who} must be Guaranteed: every container and init container "
+                "needs cpu and memory limits, with requests equal to the limits.",
+                "reason": "Forbidden",
+            }
+        )
+    elif required_qos == "burstable":
+        validations.append(
+            {
+                "expression": f"{applies} || {_CEL_NOT_BEST_EFFORT}",
+                "message": f"{prefix} (rule qos): {who} must be Burstable or Guaranteed: at least one container "
+                "needs a cpu or memory request or limit.",
+                "reason": "Forbidden",
+            }
+        )
+    if required_priority_class:
+        validations.append(
+            {
+                "expression": f"{applies} || (has(object.spec.priorityClassName) && "
+                f"object.spec.priorityClassName == '{required_priority_class}')",
+                "message": f"{prefix} (rule priority): {who} must use priority class {required_priority_class}.",
+                "reason": "Forbidden",
+            }
+        )
+    labels = {"app.kubernetes.io/managed-by": "tessera"}
+    policy = {
+        "apiVersion": ADMISSION_API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name, "labels": dict(labels)},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+                ]
+            },
+            "variables": variables,
+            "validations": validations,
+        },
+    }
+    binding_spec: dict[str, Any] = {"policyName": name, "validationActions": ["Deny"]}
+    if namespace_selector is not None:
+        binding_spec["matchResources"] = {"namespaceSelector": dict(namespace_selector)}
+    binding = {
+        "apiVersion": ADMISSION_API_VERSION,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name, "labels": dict(labels)},
+        "spec": binding_spec,
+    }
+    return policy, binding
+
+
+def render_admission_manifests(policy: Mapping[str, Any], binding: Mapping[str, Any]) -> str:
+    """Both objects as one YAML stream for `kubectl apply -f -`; the same input always gives the same bytes."""
+    return yaml.safe_dump_all([policy, binding], sort_keys=False, width=1000, default_flow_style=False)

@@ -37,7 +37,11 @@ def profile_snapshot(profile: SharingProfile) -> dict:
 
 
 def _check(profile: SharingProfile) -> None:
-    profile.full_clean(exclude=["created_by"])
+    try:
+        profile.full_clean(exclude=["created_by"])
+    except ValidationError as exc:
+        first = next(iter(exc.message_dict.values()))[0]
+        raise ApplicationError(f"The profile is not valid: {first}", errors=exc.message_dict) from exc
     errors = validate_spec(profile.to_spec())
     if errors:
         first_field, messages = next(iter(errors.items()))
@@ -80,7 +84,7 @@ def _check_assignments_still_fit(profile: SharingProfile) -> None:
     problems = nodes_validation_errors(profile.to_spec(), nodes.distinct())
     if problems:
         raise ApplicationError(
-            f"The change does not fit {len(problems)} node(s) using this profile.",
+            f"The change does not fit {_node_count(problems)} node(s) using this profile.",
             errors={"non_field_errors": [f"{name}: {msg}" for name, msg in problems[:10]]},
         )
 
@@ -95,6 +99,10 @@ def profile_delete(*, actor: Actor, profile: SharingProfile) -> None:
     except ProtectedError as exc:
         users = ", ".join(sorted(str(o) for o in list(exc.protected_objects)[:5]))
         raise ApplicationError(f"Profile {profile.name} is in use ({users}); unassign it first.", status=409) from exc
+
+
+def _node_count(problems: list[tuple[str, str]]) -> int:
+    return len({name for name, _ in problems})
 
 
 def nodes_validation_errors(spec: ProfileSpec, nodes) -> list[tuple[str, str]]:
@@ -121,7 +129,7 @@ def pool_set_profile(*, actor: Actor, pool: NodePool, profile: SharingProfile | 
         problems = nodes_validation_errors(profile.to_spec(), pool.nodes.live())
         if problems:
             raise ApplicationError(
-                f"{profile.name} does not fit {len(problems)} node(s) of pool {pool.name}.",
+                f"{profile.name} does not fit {_node_count(problems)} node(s) of pool {pool.name}.",
                 errors={"profile": [f"{name}: {msg}" for name, msg in problems[:10]]},
             )
         if current and current.qos_policy:

@@ -3,13 +3,14 @@
 from collections import defaultdict
 
 from django.conf import settings
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.audit import Actor
 from core.exceptions import ApplicationError
 from fleet.models import Node, NodePool
 from scheduling.selectors import DesiredVsObserved, desired_vs_observed
+from sharing import services as sharing_services
 from sharing.spec import allocatable
 from worker import services
 from worker.choices import ACTIVE_CHANGE_STATUSES, RolloutTrigger
@@ -101,7 +102,12 @@ def rollout_start(*, actor: Actor, nodes, **strategy) -> list[int]:
     """
     groups = plan(reconcilable_nodes(nodes))
     if not groups:
-        raise ApplicationError("Nothing to roll out: these nodes already run their desired configuration.")
+        skipped = nodes.live().count() - reconcilable_nodes(nodes).count()
+        reason = f" ({skipped} stale or not-ready node(s) were left out)" if skipped else ""
+        raise ApplicationError(
+            "Nothing to roll out: the nodes in scope already run their desired configuration, are changing "
+            f"already, or failed on it before and wait for a retry{reason}."
+        )
     created = []
     for (pool, profile, _source, _schedule), planned in groups.items():
         where = pool.name if pool else "pinned nodes"
@@ -116,3 +122,13 @@ def rollout_start(*, actor: Actor, nodes, **strategy) -> list[int]:
         )
         created.append(rollout.pk)
     return created
+
+
+@transaction.atomic
+def pool_assign_and_roll_out(*, actor: Actor, pool, profile, strategy: dict | None = None) -> list[int]:
+    """Make `profile` the pool's default and, with a strategy, roll it out now — in one transaction, so the
+    reconcile pass the assignment triggers finds the nodes already changing instead of racing with defaults."""
+    sharing_services.pool_set_profile(actor=actor, pool=pool, profile=profile)
+    if strategy is None:
+        return []
+    return rollout_start(actor=actor, nodes=pool.nodes.all(), **strategy)

@@ -21,3 +21,55 @@ document.addEventListener("click", (event) => {
     if (!menu.contains(event.target)) menu.open = false;
   });
 });
+
+// Sharing-profile editor: show only the fieldsets and fields of the chosen mode ([data-modes="mig mps"]).
+// Without this script every field shows, labelled with its mode, and the server ignores the other modes' values.
+function applyModeVisibility(form) {
+  const checked = form.querySelector('input[name="mode"]:checked');
+  if (!checked) return;
+  form.querySelectorAll("[data-modes]").forEach((el) => {
+    el.hidden = !el.dataset.modes.split(" ").includes(checked.value);
+  });
+}
+
+// Rollout strategy fields only matter with "roll out now" ticked.
+function applyShowIf(root) {
+  root.querySelectorAll("[data-show-if]").forEach((el) => {
+    const box = el.form ? el.form.elements[el.dataset.showIf] : document.querySelector(`[name="${el.dataset.showIf}"]`);
+    if (box) el.hidden = !box.checked;
+  });
+}
+
+// Formsets: "+ Add a row" clones the <template> of an empty form and bumps TOTAL_FORMS (plain forms show spare rows).
+function addFormsetRow(button) {
+  const prefix = button.dataset.formsetAdd;
+  const total = document.getElementById(`id_${prefix}-TOTAL_FORMS`);
+  const template = document.getElementById(button.dataset.template);
+  const body = document.querySelector(`[data-formset-body="${prefix}"]`);
+  if (!total || !template || !body) return;
+  const index = Number(total.value);
+  body.insertAdjacentHTML("beforeend", template.innerHTML.replaceAll("__prefix__", String(index)));
+  total.value = String(index + 1);
+  if (window.htmx) htmx.process(body.lastElementChild);
+  const first = body.lastElementChild && body.lastElementChild.querySelector("input, select");
+  if (first) first.focus();
+}
+
+function enhance(root) {
+  root.querySelectorAll("form[data-mode-form]").forEach(applyModeVisibility);
+  applyShowIf(root);
+  root.querySelectorAll("[data-formset-add]").forEach((button) => { button.hidden = false; });
+}
+
+document.addEventListener("DOMContentLoaded", () => enhance(document));
+document.addEventListener("htmx:load", (event) => enhance(event.detail.elt));
+document.addEventListener("change", (event) => {
+  const form = event.target.form;
+  if (!form) return;
+  if (event.target.name === "mode" && form.hasAttribute("data-mode-form")) applyModeVisibility(form);
+  applyShowIf(form);
+});
+document.addEventListener("click", (event) => {
+  const button = event.target.closest("[data-formset-add]");
+  if (button) addFormsetRow(button);
+});

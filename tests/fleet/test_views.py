@@ -247,8 +247,9 @@ def _fleet(nodes: int):
 @pytest.mark.parametrize("nodes", [2, 40])
 def test_overview_query_count_is_bounded(client_viewer, django_assert_max_num_queries, nodes):
     _fleet(nodes)
-    # session, user, role; 7 aggregates; 3 filter option lists; count and page of the table
-    with django_assert_max_num_queries(15):
+    # session, user, role; 7 aggregates; 3 filter option lists; count and page of the table;
+    # upcoming schedule changes (schedules, node counts; their windows, exceptions and profiles when there are some)
+    with django_assert_max_num_queries(17):
         response = client_viewer.get(reverse("fleet:overview"))
     assert response.status_code == 200
 
@@ -270,8 +271,9 @@ def test_node_page_query_count_is_bounded(client_viewer, django_assert_max_num_q
         gpu = GpuFactory(node=node, index=index, mig_enabled=True)
         for start in range(7):
             MigDeviceFactory(gpu=gpu, start=start)
-    # session, user, role; node; its GPUs; their MIG devices
-    with django_assert_max_num_queries(6):
+    # session, user, role; node; its GPUs; their MIG devices;
+    # desired vs observed (pins, GPU shapes; pool defaults and schedule when in a pool), its pin, its change history
+    with django_assert_max_num_queries(10):
         assert client_viewer.get(reverse("fleet:node_detail", args=[node.pk])).status_code == 200
 
 

@@ -1,38 +1,71 @@
-"""`make run`: migrate, ensure an admin login and demo data, then supervise web + worker + beat until Ctrl-C."""
+"""`make run`: migrate, ensure an admin login, start the simulated GPU fleet and register it, then supervise
+web + worker + beat + the cluster watcher + the simulator until Ctrl-C.
+
+The simulator (`python -m simulator`, an emulated Kubernetes API with NVIDIA's GPU Operator) is the live demo:
+the UI shows what the watcher reads from it. The old seeded rows (`seed_demo`) only come with --with-seed-demo.
+"""
 
 import os
 import secrets
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from core.roles import Role
 from fleet.models import Node
 
 STOP_TIMEOUT = 15
+SIM_CLUSTER = "demo-sim"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _answers(url: str, ca_path) -> bool:
+    """The simulator's /healthz over HTTPS, trusting its own certificate."""
+    try:
+        context = ssl.create_default_context(cafile=str(ca_path))
+        with urllib.request.urlopen(url + "/healthz", timeout=2, context=context) as reply:
+            return reply.status == 200
+    except (OSError, ssl.SSLError):
+        return False
 
 
 class Command(BaseCommand):
-    help = "Run Tessera's embedded default: web server, Celery worker and beat (and the demo fleet) in one command."
+    help = (
+        "Run Tessera's embedded default in one command: web server, Celery worker and beat, the cluster watcher and "
+        "a simulated GPU fleet."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default=os.environ.get("TESSERA_HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("TESSERA_PORT", "8000")))
-        parser.add_argument("--no-demo", action="store_true", help="Do not seed the demo fleet into an empty database.")
+        parser.add_argument(
+            "--with-seed-demo", action="store_true", help="Also seed the static demo rows into an empty database."
+        )
+        parser.add_argument("--no-sim", action="store_true", help="Do not start the simulated GPU fleet.")
+        parser.add_argument("--sim-nodes", type=int, default=int(os.environ.get("TESSERA_SIM_NODES", "60")))
+        parser.add_argument("--sim-port", type=int, default=int(os.environ.get("TESSERA_SIM_PORT", "0")))
 
-    def handle(self, *args, host, port, no_demo, **options):
+    def handle(self, *args, host, port, with_seed_demo, no_sim, sim_nodes, sim_port, **options):
         settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
         login = self._ensure_admin()
-        if not no_demo and not Node.objects.exists():
+        if with_seed_demo and not Node.objects.exists():
             self.stdout.write("Seeding the demo fleet…")
             call_command("seed_demo")
 
@@ -71,10 +104,24 @@ class Command(BaseCommand):
             ],
             "beat": [os.path.join(bindir, "celery"), "-A", "config", "beat", "-l", "INFO"],
         }
-        children = {name: subprocess.Popen(cmd, env=env, start_new_session=True) for name, cmd in commands.items()}
+        children: dict[str, subprocess.Popen] = {}
+        banner = []
+        try:
+            if not no_sim:
+                banner = self._start_simulator(children, python, env, sim_nodes, sim_port)
+                commands["watcher"] = [python, str(settings.BASE_DIR / "manage.py"), "watch_clusters", "--rescan", "10"]
+            for name, cmd in commands.items():
+                children[name] = subprocess.Popen(cmd, env=env, start_new_session=True)
+        except (Exception, KeyboardInterrupt) as exc:
+            self._stop(children)
+            if isinstance(exc, KeyboardInterrupt):
+                return
+            raise CommandError(f"Start-up failed: {exc}") from exc
         url = f"http://{host}:{port}/"
         self.stdout.write(self.style.SUCCESS(f"\nTessera is running at {url}"))
         self.stdout.write(login)
+        for line in banner:
+            self.stdout.write(line)
         self.stdout.write("API docs: " + url + "api/docs/   Stop: Ctrl-C\n")
 
         stopping = []
@@ -89,19 +136,77 @@ class Command(BaseCommand):
         self._stop(children)
 
     def _stop(self, children):
-        """TERM every child, wait for a warm shutdown, KILL what is left."""
+        """TERM every child, wait for a warm shutdown, KILL what is left; the simulator goes last, so the
+        watcher and the worker never see their cluster vanish while they shut down."""
         self.stdout.write("Stopping…")
-        for proc in children.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT
-        for proc in children.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        for group in ([n for n in children if n != "simulator"], ["simulator"]):
+            procs = [children[name] for name in group if name in children]
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT
+            for proc in procs:
+                try:
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
         self.stdout.write("Stopped.")
+
+    def _start_simulator(self, children: dict, python: str, env: dict, nodes: int, port: int) -> list[str]:
+        """Start the simulated fleet (added to `children` at once), register it as cluster demo-sim (idempotent)
+        and point its ClusterPolicy at Tessera's ConfigMaps; returns the banner lines."""
+        from fleet import services as fleet_services
+        from fleet.models import Cluster
+        from worker.drivers import driver_for
+        from worker.drivers.base import DriverError
+        from worker.drivers.kubernetes.api import forget_client
+
+        sim_dir = settings.VAR_DIR / "sim"
+        sim_dir.mkdir(parents=True, exist_ok=True)
+        kubeconfig = sim_dir / "kubeconfig"
+        kubeconfig.unlink(missing_ok=True)
+        port = port or _free_port()
+        cmd = [python, "-m", "simulator", "--port", str(port), "--nodes", str(nodes), "--seed", "7",
+               "--write-kubeconfig", str(kubeconfig), "--state-dir", str(sim_dir), "--apply-delay", "3"]  # fmt: skip
+        self.stdout.write(f"Starting the simulated GPU fleet ({nodes} nodes)…")
+        proc = children["simulator"] = subprocess.Popen(cmd, env=env, start_new_session=True)
+        url = f"https://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the simulator exited with status {proc.returncode}")
+            if kubeconfig.exists() and _answers(url, sim_dir / "apiserver.crt"):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the simulator did not answer within 60 s")
+            time.sleep(0.2)
+
+        values = {
+            "description": "Simulated GPU fleet started by `make run` (python -m simulator).",
+            "driver": "kubernetes",
+            "kubeconfig_path": str(kubeconfig),
+            "in_cluster": False,
+            "operator_namespace": "gpu-operator",
+            "metrics_url": f"{url}/metrics",
+        }
+        cluster = Cluster.objects.filter(name=SIM_CLUSTER).first()
+        if cluster is None:
+            cluster = fleet_services.cluster_create(name=SIM_CLUSTER, **values)
+        else:  # a new port, certificate and token every start: the update also renews the cached API client
+            cluster = fleet_services.cluster_update(cluster=cluster, **values)
+        forget_client(cluster.pk)
+        try:
+            for line in driver_for(cluster).adopt_operator_configs():
+                self.stdout.write(f"  {line}")
+        except DriverError as exc:  # the fleet still shows; rollouts wait for the ClusterPolicy (the UI says why)
+            self.stderr.write(f"  Could not point the ClusterPolicy at Tessera's ConfigMaps: {exc}")
+        kubectl = f"kubectl --kubeconfig {kubeconfig} get nodes -L nvidia.com/gpu.product,nvidia.com/mig.config.state"
+        return [
+            f"Simulated fleet: cluster {SIM_CLUSTER}, {nodes} nodes at {url}",
+            f"  kubeconfig: {kubeconfig}",
+            f"  try: {kubectl}",
+        ]
 
     def _ensure_admin(self) -> str:
         """Create the admin login once: from TESSERA_ADMIN_USERNAME/PASSWORD, or a generated password shown now."""

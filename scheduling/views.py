@@ -1,0 +1,458 @@
+"""Schedule pages: the list with what is active now, the editor with a live week timeline, the day/night preset,
+and each schedule's page with its timeline, upcoming transitions and the impact of the next one."""
+
+from collections.abc import Callable
+from datetime import timedelta
+from zoneinfo import ZoneInfo
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from core.audit import Actor
+from core.exceptions import ApplicationError
+from core.roles import Role
+from core.views import redirect_after_change, role_required
+from scheduling import selectors, services, windows
+from scheduling.forms import (
+    COMMON_TIME_ZONES,
+    DayNightForm,
+    ExceptionFormSet,
+    ScheduleForm,
+    WindowFormSet,
+    exception_initial,
+    filled,
+    window_initial,
+)
+from scheduling.models import Schedule, ScheduleWindow
+from sharing import selectors as sharing_selectors
+from sharing.models import PoolSharing
+
+TRANSITION_DAYS = 7
+
+# --- the week timeline (geometry of the SVG; the window math is windows.week_segments) -----------------------------
+
+TL_LABEL = 96  # px left of the hours, for the day names
+TL_HOUR = 30  # px per hour: 24 h = 720 px
+TL_TOP = 24  # px above the first row, for the hour labels
+TL_ROW = 30
+TL_GAP = 6
+TL_COLOURS = 8
+
+
+def _day_x(minute: int) -> float:
+    return TL_LABEL + minute * TL_HOUR / 60
+
+
+def value_labeller(profiles: dict, policies: dict, default=None) -> Callable:
+    """Name a calendar value (profile id, QoS policy id) as an admin reads it; a None profile is the pool's default.
+
+    `default` is the pool's PoolSharing row (or None when it has none).
+    """
+
+    def label(value) -> str:
+        profile_id, qos_id = value if isinstance(value, tuple) else (value, None)
+        if profile_id is None:
+            profile = getattr(default, "profile", None)
+            text = f"Pool default ({profile.name})" if profile else "Pool default (none set)"
+        else:
+            text = profiles.get(profile_id, f"profile #{profile_id}")
+        if qos_id is not None:
+            text += f" · QoS {policies.get(qos_id, qos_id)}"
+        return text
+
+    return label
+
+
+def _is_pool_default(value) -> bool:
+    return value is None or value == (None, None)
+
+
+def week_timeline(calendar: windows.Calendar, label: Callable, *, now=None) -> dict:
+    """The 7 × 24 h drawing of a calendar in its own zone for the week containing `now`, with its legend.
+
+    `label` names a calendar value (see `value_labeller`).
+    """
+    now = now or timezone.now()
+    zone = ZoneInfo(calendar.tz)
+    local_now = now.astimezone(zone)
+    monday = local_now.date() - timedelta(days=local_now.weekday())
+    segments = windows.week_segments(calendar, monday)
+
+    colours: dict = {}
+
+    def colour(value):
+        if _is_pool_default(value):
+            return "default"
+        if value not in colours:
+            colours[value] = f"c{len(colours) % TL_COLOURS}"
+        return colours[value]
+
+    colour(calendar.baseline)
+    for window in calendar.windows:
+        colour(window.value)
+
+    rows = []
+    for n in range(7):
+        day = monday + timedelta(days=n)
+        y = TL_TOP + n * (TL_ROW + TL_GAP)
+        rows.append(
+            {
+                "day": day,
+                "y": y,
+                "text_y": y + TL_ROW / 2 + 4,
+                "today": day == local_now.date(),
+                "exception": day in calendar.exceptions,
+                "segments": [],
+            }
+        )
+    for segment in segments:
+        row = rows[(segment.day - monday).days]
+        row["segments"].append(
+            {
+                "x": _day_x(segment.start_minute),
+                "width": (segment.end_minute - segment.start_minute) * TL_HOUR / 60,
+                "start": f"{segment.start_minute // 60:02d}:{segment.start_minute % 60:02d}",
+                "end": f"{segment.end_minute // 60:02d}:{segment.end_minute % 60:02d}",
+                "colour": colour(segment.value),
+                "label": label(segment.value),
+                "window": segment.window_name,
+                "baseline": segment.window_name == "" and segment.value == calendar.baseline,
+            }
+        )
+    legend: dict = {
+        calendar.baseline: {
+            "colour": colour(calendar.baseline),
+            "label": label(calendar.baseline),
+            "notes": ["baseline"],
+        }
+    }
+    for window in calendar.windows:
+        entry = legend.setdefault(
+            window.value, {"colour": colour(window.value), "label": label(window.value), "notes": []}
+        )
+        if window.name and window.name not in entry["notes"]:
+            entry["notes"].append(window.name)
+    height = TL_TOP + 7 * (TL_ROW + TL_GAP)
+    today = next(r for r in rows if r["today"])
+    minute_now = local_now.hour * 60 + local_now.minute
+    viewer_zone = timezone.get_current_timezone_name()
+    return {
+        "tz": calendar.tz,
+        "rows": rows,
+        "legend": list(legend.values()),
+        "width": TL_LABEL + 24 * TL_HOUR + 24,
+        "height": height,
+        "plot_width": 24 * TL_HOUR,
+        "label_width": TL_LABEL,
+        "hours": [{"hour": h, "x": _day_x(h * 60), "label": h % 3 == 0} for h in range(25)],
+        "grid_bottom": height - TL_GAP,
+        "now": {
+            "x": _day_x(minute_now),
+            "y1": today["y"] - 4,
+            "y2": today["y"] + TL_ROW + 4,
+            "local": local_now,
+            "label_right": minute_now > 20 * 60,
+        },
+        "row_height": TL_ROW,
+        "zones_differ": viewer_zone != calendar.tz,
+        "viewer_zone": viewer_zone,
+        "week_of": monday,
+    }
+
+
+# --- list and detail -------------------------------------------------------------------------------------------
+
+
+def days_text(weekdays) -> str:
+    """Mon–Fri, Sun: runs of consecutive weekdays (0 = Monday), as the editor's checkboxes name them."""
+    runs: list[list[int]] = []
+    for day in sorted(set(weekdays)):
+        if runs and runs[-1][-1] == day - 1:
+            runs[-1].append(day)
+        else:
+            runs.append([day])
+    short = [name[:3] for name in windows.DAY_NAMES]
+    return ", ".join(short[r[0]] + (f"–{short[r[-1]]}" if len(r) > 1 else "") for r in runs)
+
+
+def _schedules():
+    return Schedule.objects.select_related("pool__cluster", "baseline_profile", "baseline_qos_policy").prefetch_related(
+        Prefetch("windows", queryset=ScheduleWindow.objects.select_related("profile", "qos_policy")), "exceptions"
+    )
+
+
+def _pool_defaults(schedules) -> dict:
+    """Each schedule pool's PoolSharing row (its default profile and QoS policy)."""
+    pool_ids = [s.pool_id for s in schedules]
+    return {
+        s.pool_id: s for s in PoolSharing.objects.filter(pool_id__in=pool_ids).select_related("profile", "qos_policy")
+    }
+
+
+def _labeller(schedules, default=None) -> Callable:
+    profiles = {w.profile_id: w.profile.name for s in schedules for w in s.windows.all()}
+    profiles.update({s.baseline_profile_id: s.baseline_profile.name for s in schedules if s.baseline_profile_id})
+    policies = {w.qos_policy_id: w.qos_policy.name for s in schedules for w in s.windows.all() if w.qos_policy_id}
+    policies.update(
+        {s.baseline_qos_policy_id: s.baseline_qos_policy.name for s in schedules if s.baseline_qos_policy_id}
+    )
+    return value_labeller(profiles, policies, default)
+
+
+def _now_and_next(schedule, calendar, label, now) -> None:
+    """Attach what the schedule says now and its next change (pure window math on the stored calendar)."""
+    schedule.active_window = windows.active_window(calendar, now)
+    schedule.current = label(windows.value_at(calendar, now))
+    upcoming = windows.next_transition(calendar, now)
+    schedule.next_change = (
+        {"at": upcoming.at, "to": label(upcoming.to_value), "window": upcoming.window} if upcoming else None
+    )
+
+
+@login_required
+@require_GET
+def schedule_list(request):
+    """Every schedule: its pool and zone, the window and profile in force now, and the next change."""
+    schedules = list(_schedules())
+    defaults, now = _pool_defaults(schedules), timezone.now()
+    for schedule in schedules:
+        label = _labeller([schedule], defaults.get(schedule.pool_id))
+        _now_and_next(schedule, schedule.to_calendar(), label, now)
+    context = {"schedules": schedules, "viewer_zone": timezone.get_current_timezone_name()}
+    return render(request, "scheduling/schedule_list.html", context)
+
+
+@login_required
+@require_GET
+def schedule_detail(request, pk):
+    """One schedule: the week drawn, the changes of the next 7 days, and what the next one does to the pool."""
+    schedule = get_object_or_404(_schedules(), pk=pk)
+    now = timezone.now()
+    default = _pool_defaults([schedule]).get(schedule.pool_id)
+    label = _labeller([schedule], default)
+    calendar = schedule.to_calendar()
+    _now_and_next(schedule, calendar, label, now)
+    for window in schedule.windows.all():
+        window.days_text = days_text(window.weekdays)
+    transitions = selectors.schedule_transitions(schedule, now, now + timedelta(days=TRANSITION_DAYS))
+    following = schedule.pool.nodes.live().filter(pin__isnull=True).count()
+    context = {
+        "schedule": schedule,
+        "pool_default": default.profile if default else None,
+        "timeline": week_timeline(calendar, label, now=now),
+        "transitions": transitions,
+        "following": following,
+        "days": TRANSITION_DAYS,
+    }
+    upcoming = transitions[0] if transitions and schedule.enabled else None
+    if upcoming is not None and upcoming.to_profile is not None:
+        impacts = sharing_selectors.profile_preview(upcoming.to_profile, schedule.pool.nodes.live())
+        context["next_impact"] = {"transition": upcoming, "summary": sharing_selectors.preview_summary(impacts)}
+    return render(request, "scheduling/schedule_detail.html", context)
+
+
+# --- editor ----------------------------------------------------------------------------------------------------
+
+
+def _editor_forms(request, schedule=None):
+    if request.method == "POST":
+        return (
+            ScheduleForm(request.POST, schedule=schedule),
+            WindowFormSet(request.POST, prefix="windows"),
+            ExceptionFormSet(request.POST, prefix="exceptions"),
+        )
+    return (
+        ScheduleForm(schedule=schedule),
+        WindowFormSet(prefix="windows", initial=window_initial(schedule) if schedule else None),
+        ExceptionFormSet(prefix="exceptions", initial=exception_initial(schedule) if schedule else None),
+    )
+
+
+def _preview_timeline(form, window_forms, exception_forms, *, now=None) -> dict:
+    """The editor's timeline from what parsed so far, or the reasons the calendar is not valid yet."""
+    data = form.cleaned_data
+    zone = data.get("time_zone") or "UTC"
+    baseline, baseline_qos = data.get("baseline_profile"), data.get("baseline_qos_policy")
+    rows = [f.row() for f in filled(window_forms) if f.cleaned_data.get("weekdays")]
+
+    def pk(obj):
+        return obj.pk if obj else None
+
+    calendar = windows.Calendar(
+        tz=zone,
+        windows=tuple(
+            windows.Window(
+                frozenset(r["weekdays"]), r["start"], r["end"], (r["profile"].pk, pk(r["qos_policy"])), r["name"]
+            )
+            for r in rows
+        ),
+        baseline=(pk(baseline), pk(baseline_qos)),
+        exceptions=frozenset(f.cleaned_data["date"] for f in filled(exception_forms)),
+    )
+    problems = windows.validate(calendar)
+    if problems:
+        return {"problems": problems}
+    profiles = {r["profile"].pk: r["profile"].name for r in rows}
+    policies = {r["qos_policy"].pk: r["qos_policy"].name for r in rows if r["qos_policy"]}
+    if baseline:
+        profiles[baseline.pk] = baseline.name
+    if baseline_qos:
+        policies[baseline_qos.pk] = baseline_qos.name
+    pool = data.get("pool")
+    default = PoolSharing.objects.filter(pool=pool).select_related("profile").first() if pool else None
+    return week_timeline(calendar, value_labeller(profiles, policies, default), now=now)
+
+
+def _editor(request, schedule, forms, *, error="", window_errors=(), status=200):
+    form, window_forms, exception_forms = forms
+    if form.is_bound:
+        form.is_valid()
+        window_forms.is_valid()
+        exception_forms.is_valid()
+        timeline = _preview_timeline(form, window_forms, exception_forms)
+    elif schedule is not None:
+        label = _labeller([schedule], _pool_defaults([schedule]).get(schedule.pool_id))
+        timeline = week_timeline(schedule.to_calendar(), label)
+    else:
+        timeline = None
+    context = {
+        "schedule": schedule,
+        "form": form,
+        "window_forms": window_forms,
+        "exception_forms": exception_forms,
+        "timeline": timeline,
+        "error": error,
+        "window_errors": window_errors,
+        "time_zones": COMMON_TIME_ZONES,
+    }
+    return render(request, "scheduling/schedule_form.html", context, status=status)
+
+
+def _place_errors(form, window_forms, errors: dict) -> list[str]:
+    """Messages beside their field or window row; the ones about the windows together (overlaps name both)."""
+    rows = filled(window_forms)
+    general = []
+    for key, messages_ in errors.items():
+        if key.startswith("windows[") and "]." in key:
+            index, field = key[len("windows[") :].split("].", 1)
+            if index.isdigit() and int(index) < len(rows) and field in rows[int(index)].fields:
+                for message in messages_:
+                    rows[int(index)].add_error(field, message)
+                continue
+        if key in form.fields:
+            for message in messages_:
+                form.add_error(key, message)
+        elif key == "windows":
+            general.extend(messages_)
+        else:
+            for message in messages_:
+                form.add_error(None, message)
+    return general
+
+
+def _save(request, schedule=None):
+    forms = _editor_forms(request, schedule)
+    form, window_forms, exception_forms = forms
+    if not (form.is_valid() and window_forms.is_valid() and exception_forms.is_valid()):
+        return _editor(
+            request, schedule, forms, error="The schedule was not saved; see the messages below.", status=400
+        )
+    actor = Actor.for_user(request.user)
+    window_rows = [f.row() for f in filled(window_forms)]
+    exception_rows = [{"date": f.cleaned_data["date"], "note": f.cleaned_data["note"]} for f in filled(exception_forms)]
+    try:
+        if schedule is None:
+            saved = services.schedule_create(
+                actor=actor,
+                pool=form.cleaned_data["pool"],
+                windows=window_rows,
+                exceptions=exception_rows,
+                **form.values(),
+            )
+        else:
+            saved = services.schedule_update(
+                actor=actor, schedule=schedule, windows=window_rows, exceptions=exception_rows, **form.values()
+            )
+    except ApplicationError as exc:
+        errors = dict(exc.errors) if exc.errors else ({"pool": [exc.message]} if exc.status == 409 else {})
+        general = _place_errors(form, window_forms, errors)
+        return _editor(request, schedule, forms, error=exc.message, window_errors=general, status=exc.status)
+    messages.success(request, f"Schedule {saved.name} saved; its pool follows it from the next reconcile pass.")
+    return redirect_after_change(request, saved.get_absolute_url())
+
+
+@role_required(Role.ADMIN)
+@require_http_methods(["GET", "POST"])
+def schedule_create(request):
+    """The editor for a new schedule (admins)."""
+    if request.method == "POST":
+        return _save(request)
+    return _editor(request, None, _editor_forms(request))
+
+
+@role_required(Role.ADMIN)
+@require_http_methods(["GET", "POST"])
+def schedule_update(request, pk):
+    """The editor for a schedule (admins); windows and exceptions are replaced as a whole."""
+    schedule = get_object_or_404(_schedules(), pk=pk)
+    if request.method == "POST":
+        return _save(request, schedule)
+    return _editor(request, schedule, _editor_forms(request, schedule))
+
+
+@role_required(Role.ADMIN)
+@require_POST
+def schedule_timeline(request):
+    """The editor's week timeline for the form as typed so far (HTMX), without saving anything."""
+    forms = (
+        ScheduleForm(request.POST),
+        WindowFormSet(request.POST, prefix="windows"),
+        ExceptionFormSet(request.POST, prefix="exceptions"),
+    )
+    for form in forms:
+        form.is_valid()
+    timeline = _preview_timeline(*forms)
+    return render(request, "scheduling/schedule_form.html#timeline-preview", {"timeline": timeline})
+
+
+@role_required(Role.ADMIN)
+@require_http_methods(["GET", "POST"])
+def schedule_daynight(request):
+    """The day/night preset: a plain schedule with one working-hours window, editable afterwards."""
+    form = DayNightForm(request.POST or None)
+    error, status = "", 200
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                saved = services.schedule_create_day_night(actor=Actor.for_user(request.user), **form.values())
+            except ApplicationError as exc:
+                errors = dict(exc.errors) if exc.errors else ({"pool": [exc.message]} if exc.status == 409 else {})
+                for key, messages_ in errors.items():
+                    field = key if key in form.fields else ("day_profile" if key == "windows" else None)
+                    for message in messages_:
+                        form.add_error(field, message)
+                error, status = exc.message, exc.status
+            else:
+                messages.success(request, f"Schedule {saved.name} created.")
+                return redirect_after_change(request, saved.get_absolute_url())
+        else:
+            error, status = "The schedule was not created; see the messages below.", 400
+    context = {"form": form, "error": error, "time_zones": COMMON_TIME_ZONES}
+    return render(request, "scheduling/schedule_daynight.html", context, status=status)
+
+
+@role_required(Role.ADMIN)
+@require_http_methods(["GET", "POST"])
+def schedule_delete(request, pk):
+    """Ask, then delete: the pool goes back to its default profile."""
+    schedule = get_object_or_404(Schedule.objects.select_related("pool"), pk=pk)
+    if request.method == "POST":
+        services.schedule_delete(actor=Actor.for_user(request.user), schedule=schedule)
+        messages.success(request, f"Schedule {schedule.name} deleted; pool {schedule.pool.name} follows its default.")
+        return redirect_after_change(request, reverse("scheduling:schedule_list"))
+    return render(request, "scheduling/schedule_confirm_delete.html", {"schedule": schedule})
