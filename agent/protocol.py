@@ -17,7 +17,9 @@ Endpoints (under the server's base URL):
   {desired_config_id}: null when the server has nothing for the node; when it differs from `applied.config_id` the
   agent fetches the desired config.
 - `GET /api/v1/agent/desired/` → 200 `DesiredConfig`. `config_id` is content-addressed (new content, new id);
-  `change_id` is the server's NodeChange, or null outside a rollout.
+  `change_id` is the server's NodeChange, or null outside a rollout. `node_settings` is the QoS policy's
+  `QoSPolicy.node_settings()` verbatim, `{"gpu": {...}, "host": {...}}` with only the fields the policy sets, or
+  null/absent when no policy applies; a change of node settings alone is a new config like any other.
 - `POST /api/v1/agent/outcome/` — body `Outcome` {change_id, config_id, status, message, report} → 200.
   `status` is `succeeded`, `failed`, or `refused_busy` (compute processes held GPUs the change touches and the
   safety policy said `wait`; the server decides when to retry or drain). The agent tries each (config_id, change_id)
@@ -37,7 +39,7 @@ import functools
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 API_PREFIX = "/api/v1/agent/"
 REGISTER_PATH = API_PREFIX + "register/"
@@ -46,7 +48,9 @@ DESIRED_PATH = API_PREFIX + "desired/"
 OUTCOME_PATH = API_PREFIX + "outcome/"
 
 ComputeMode = Literal["default", "exclusive_thread", "prohibited", "exclusive_process"]  # contracts §5
+PolicyComputeMode = Literal["default", "exclusive_process", "prohibited"]  # what a QoS policy may ask for
 TimeSliceInterval = Literal["default", "short", "medium", "long"]  # contracts §5
+TransparentHugePages = Literal["always", "madvise", "never"]
 BusyPolicy = Literal["wait", "force"]
 OutcomeStatus = Literal["succeeded", "failed", "refused_busy"]
 
@@ -57,6 +61,9 @@ class ProtocolError(ValueError):
 
 class Message:
     """Base of every wire message: a frozen dataclass that converts to and from plain JSON values."""
+
+    # True: null fields are left out of to_dict(), as the server writes sparse settings (QoSPolicy.node_settings()).
+    _omit_nulls: ClassVar[bool] = False
 
     def to_dict(self) -> dict[str, Any]:
         return _encode(self)
@@ -151,6 +158,11 @@ class GpuReport(Message):
     ecc_dbe_total: int | None  # volatile uncorrected errors
     compute_mode: ComputeMode | None
     persistence_mode: bool | None
+    # Added with QoS node settings; null from older agents and where NVML cannot read them.
+    power_limit_w: float | None = None  # the enforced limit (nvmlDeviceGetEnforcedPowerLimit)
+    graphics_clock_mhz: int | None = None  # now (nvmlDeviceGetClockInfo)
+    applications_clock_mhz: int | None = None  # nvmlDeviceGetApplicationsClock
+    max_graphics_clock_mhz: int | None = None  # nvmlDeviceGetMaxClockInfo
 
 
 @dataclass(frozen=True)
@@ -170,7 +182,7 @@ class HostSettings(Message):
 
     thp: str | None  # transparent huge pages: always | madvise | never
     swappiness: int | None
-    cpu_governor: str | None
+    cpu_governor: str | None  # the governor of every CPU, or "mixed"
     dirty_ratio: int | None
     dirty_background_ratio: int | None
 
@@ -190,14 +202,52 @@ class TimeSliceSettings(Message):
 
 
 @dataclass(frozen=True)
+class GpuSettings(Message):
+    """GPU settings of a QoS policy, for every GPU of the node; null = leave as it is (contracts §5, §6)."""
+
+    _omit_nulls: ClassVar[bool] = True
+
+    persistence_mode: bool | None = None
+    compute_mode: PolicyComputeMode | None = None
+    time_slice_interval: TimeSliceInterval | None = None
+    mps_active_thread_percentage: int | None = None  # only with MPS: the daemon's default (§5)
+    mps_pinned_memory_limit_mib: int | None = None  # only with MPS: per GPU
+    gpu_clock_min_mhz: int | None = None  # locked graphics clocks; one bound alone keeps the GPU's own other bound
+    gpu_clock_max_mhz: int | None = None
+    power_limit_w: int | None = None
+
+
+@dataclass(frozen=True)
+class HostTuning(Message):
+    """Host tuning of a QoS policy, written to /sys and /proc; null = leave as it is."""
+
+    _omit_nulls: ClassVar[bool] = True
+
+    transparent_hugepages: TransparentHugePages | None = None
+    swappiness: int | None = None
+    cpu_governor: str | None = None
+    dirty_ratio: int | None = None
+    dirty_background_ratio: int | None = None
+
+
+@dataclass(frozen=True)
+class NodeSettings(Message):
+    """What a QoS policy has an agent apply: exactly the JSON of the server's `QoSPolicy.node_settings()`."""
+
+    gpu: GpuSettings = field(default_factory=GpuSettings)
+    host: HostTuning = field(default_factory=HostTuning)
+
+
+@dataclass(frozen=True)
 class AppliedState(Message):
     """The desired config the node last applied successfully, and what it set."""
 
     config_id: str
     mig_selected: str | None = None
-    mps: MpsSettings | None = None
+    mps: MpsSettings | None = None  # with the QoS policy's MPS limits merged in
     time_slice: TimeSliceSettings | None = None
     persistence_mode: bool | None = None
+    node_settings: NodeSettings | None = None  # as desired; what the node runs now is in the report
 
 
 @dataclass(frozen=True)
@@ -250,6 +300,7 @@ class DesiredConfig(Message):
     time_slice: TimeSliceSettings | None = None
     persistence_mode: bool | None = None
     safety: SafetySettings = field(default_factory=SafetySettings)
+    node_settings: NodeSettings | None = None  # the QoS policy's GPU settings and host tuning
 
 
 @dataclass(frozen=True)
@@ -276,7 +327,12 @@ class ErrorBody(Message):
 
 def _encode(value: Any) -> Any:
     if dataclasses.is_dataclass(value):
-        return {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        omit = getattr(value, "_omit_nulls", False)
+        return {
+            f.name: _encode(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not (omit and getattr(value, f.name) is None)
+        }
     if isinstance(value, tuple | list):
         return [_encode(item) for item in value]
     return value

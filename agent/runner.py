@@ -13,13 +13,23 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from agent import AGENT_VERSION
 from agent.backends.base import ApplyError, Backend, BusyError, NodeSnapshot
 from agent.client import AuthError, RejectedError, ServerClient, TransientError
-from agent.protocol import AppliedState, DesiredConfig, Outcome, RegisterRequest, Report, XidEvent
+from agent.protocol import (
+    AppliedState,
+    DesiredConfig,
+    GpuSettings,
+    MpsSettings,
+    NodeSettings,
+    Outcome,
+    RegisterRequest,
+    Report,
+    XidEvent,
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # --once and the cycle failed
@@ -82,6 +92,74 @@ def load_applied(state_dir: Path, boot_id: str) -> AppliedState | None:
 
 def save_applied(state_dir: Path, boot_id: str, applied: AppliedState) -> None:
     _write_private(state_dir / APPLIED_FILE, {"boot_id": boot_id, "applied": applied.to_dict()})
+
+
+def node_settings_conflict(desired: DesiredConfig) -> str | None:
+    """Why the QoS policy's node settings contradict the sharing config they come with, or None."""
+    if desired.node_settings is None:
+        return None
+    gpu = desired.node_settings.gpu
+    if desired.persistence_mode is not None and gpu.persistence_mode not in (None, desired.persistence_mode):
+        on_off = {True: "on", False: "off"}
+        return (
+            f"the sharing config turns persistence mode {on_off[desired.persistence_mode]} and the QoS policy "
+            f"{on_off[gpu.persistence_mode]}"
+        )
+    if desired.time_slice is not None and gpu.time_slice_interval not in (None, desired.time_slice.interval):
+        return (
+            f"the sharing config sets time slice {desired.time_slice.interval} and the QoS policy "
+            f"{gpu.time_slice_interval}"
+        )
+    if desired.mps is not None and gpu.compute_mode not in (None, "exclusive_process"):
+        return f"MPS needs compute mode exclusive_process (contracts §3.3); the QoS policy asks for {gpu.compute_mode}"
+    if desired.time_slice is not None and gpu.compute_mode in ("exclusive_process", "prohibited"):
+        return f"time-slicing shares each GPU between processes; compute mode {gpu.compute_mode} does not allow that"
+    if desired.mps is None and (gpu.mps_active_thread_percentage or gpu.mps_pinned_memory_limit_mib):
+        return "the QoS policy sets MPS limits, but this config runs no MPS"
+    if gpu.mps_active_thread_percentage is not None and not 1 <= gpu.mps_active_thread_percentage <= 100:
+        return f"the MPS active thread percentage must be 1 to 100, not {gpu.mps_active_thread_percentage}"
+    return None
+
+
+def merged_mps(desired: DesiredConfig) -> MpsSettings | None:
+    """The MPS daemon's settings: the sharing config's, with the QoS policy's limits where it sets them."""
+    if desired.mps is None:
+        return None
+    gpu = desired.node_settings.gpu if desired.node_settings else GpuSettings()
+    return replace(
+        desired.mps,
+        default_active_thread_percentage=gpu.mps_active_thread_percentage
+        or desired.mps.default_active_thread_percentage,
+        pinned_device_memory_limit_mib=gpu.mps_pinned_memory_limit_mib or desired.mps.pinned_device_memory_limit_mib,
+    )
+
+
+def _mps_message(mps: MpsSettings) -> str:
+    limits = []
+    if mps.default_active_thread_percentage:
+        limits.append(f"active threads {mps.default_active_thread_percentage} %")
+    if mps.pinned_device_memory_limit_mib:
+        limits.append(f"pinned memory {mps.pinned_device_memory_limit_mib} MiB per GPU")
+    return f"MPS for {mps.replicas} clients per GPU" + (f" ({', '.join(limits)})" if limits else "")
+
+
+def _for_backend(desired: DesiredConfig, previous: AppliedState) -> tuple[NodeSettings, NodeSettings | None]:
+    """The node settings the backend applies, and what it applied before: what the sharing config itself sets
+    (persistence mode, time slice, MPS limits, compute mode under MPS) is left to the sharing steps."""
+    settings = desired.node_settings or NodeSettings()
+    gpu = replace(settings.gpu, mps_active_thread_percentage=None, mps_pinned_memory_limit_mib=None)
+    if desired.persistence_mode is not None:
+        gpu = replace(gpu, persistence_mode=None)
+    if desired.time_slice is not None:
+        gpu = replace(gpu, time_slice_interval=None)
+    if desired.mps is not None:
+        gpu = replace(gpu, compute_mode=None)  # MPS sets EXCLUSIVE_PROCESS itself
+    before = previous.node_settings
+    if before is not None:  # what the sharing steps own now is never undone here
+        owned = {"time_slice_interval": None} if desired.time_slice is not None else {}
+        owned |= {"compute_mode": None} if desired.mps is not None else {}
+        before = replace(before, gpu=replace(before.gpu, **owned))
+    return replace(settings, gpu=gpu), before
 
 
 @dataclass(frozen=True)
@@ -268,10 +346,17 @@ class Agent:
         """Apply a desired config: (status, message) for the outcome, or None while waiting for idle GPUs."""
         if desired.mps is not None and desired.time_slice is not None:
             return "failed", "MPS and time-slicing are mutually exclusive on a node (contracts §3.2)"
+        conflict = node_settings_conflict(desired)
+        if conflict:
+            return "failed", f"{conflict}; nothing was changed"
         previous = self.applied or AppliedState(config_id="")
+        mps = merged_mps(desired)
+        policy = desired.node_settings.gpu if desired.node_settings else GpuSettings()
         try:
             plan = self.backend.plan_mig(desired.mig) if desired.mig else None  # refuses before touching anything
-            mps_change = desired.mps != previous.mps
+            if desired.node_settings is not None:
+                self.backend.check_node_settings(desired.node_settings)  # likewise
+            mps_change = mps != previous.mps
             touched = {target.uuid for target in plan.changed} if plan else set()
             if mps_change:
                 touched |= {gpu.uuid for gpu in self._snapshot.gpus}  # one MPS daemon serves every GPU (§3.3)
@@ -303,12 +388,14 @@ class Agent:
             if desired.time_slice is not None:
                 self.backend.set_time_slice(desired.time_slice.interval)
                 done.append(f"time slice {desired.time_slice.interval}")
-            elif previous.time_slice is not None:
+            elif previous.time_slice is not None and policy.time_slice_interval is None:
                 self.backend.set_time_slice("default")
                 done.append("time slice back to default")
-            if mps_change and desired.mps is not None:
-                self.backend.apply_mps(desired.mps)
-                done.append(f"MPS for {desired.mps.replicas} clients per GPU")
+            if desired.node_settings is not None or previous.node_settings is not None:
+                done += self.backend.apply_node_settings(*_for_backend(desired, previous))
+            if mps_change and mps is not None:
+                self.backend.apply_mps(mps)
+                done.append(_mps_message(mps))
         except BusyError as error:
             return "refused_busy", str(error)
         except ApplyError as error:
@@ -319,9 +406,10 @@ class Agent:
         self.applied = AppliedState(
             config_id=desired.config_id,
             mig_selected=desired.mig.selected if desired.mig else None,
-            mps=desired.mps,
+            mps=mps,
             time_slice=desired.time_slice,
             persistence_mode=desired.persistence_mode,
+            node_settings=desired.node_settings,
         )
         save_applied(self.settings.state_dir, self._snapshot.boot_id, self.applied)
         return "succeeded", "; ".join(done) or "already in place"

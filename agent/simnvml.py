@@ -27,7 +27,9 @@ from typing import Any
 
 import pynvml
 
-from agent.protocol import HostSettings
+from agent.backends.base import ApplyError
+from agent.host import SYSCTL_FILES, THP_FILE, tuning_changes, tuning_problems
+from agent.protocol import HostSettings, HostTuning
 from sharing.mig import GpuProduct, MigProfile, get_product
 
 MIB = 1024 * 1024
@@ -38,6 +40,17 @@ WORKLOAD_WINDOW_S = 300
 WORKLOAD_BUSY_CHANCE = 0.1  # per GPU and window: most changes find their GPUs idle, some wait
 TDP_W = {"ampere": 400, "hopper": 700, "blackwell": 1000, "ada-lovelace": 350, "turing": 70}
 IDLE_W = 60
+# (max graphics clock, memory clock) in MHz by architecture; graphics clocks step by 15 MHz from 210 (as NVML lists).
+CLOCKS_MHZ = {
+    "ampere": (1410, 1593),
+    "hopper": (1980, 2619),
+    "blackwell": (1965, 3996),
+    "ada-lovelace": (2520, 9001),
+    "turing": (1590, 5001),
+}
+LOWEST_CLOCK_MHZ = 210
+IDLE_CLOCK_MHZ = 345
+CPU_GOVERNORS = ("conservative", "ondemand", "performance", "powersave", "schedutil", "userspace")  # acpi-cpufreq
 # Compute-instance profile index -> compute slices it spans.
 CI_SLICES = {
     pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE: 1,
@@ -127,11 +140,26 @@ class SimGpu:
     ecc_volatile: list[int] = field(default_factory=lambda: [0, 0])  # corrected, uncorrected
     ecc_aggregate: list[int] = field(default_factory=lambda: [0, 0])
     mig_generation: int = 0
+    locked_clocks: tuple[int, int] | None = None  # nvmlDeviceSetGpuLockedClocks; gone on reset or reboot
+    power_limit_mw: int | None = None  # None: the default limit
     handle: pynvml.struct_c_nvmlDevice_t = field(default_factory=pynvml.struct_c_nvmlDevice_t)
 
     @property
     def compute_instances(self) -> list[SimComputeInstance]:
         return [ci for gi in sorted(self.gpu_instances, key=lambda gi: gi.start) for ci in gi.compute_instances]
+
+    @property
+    def tdp_mw(self) -> int:
+        return TDP_W.get(self.product.architecture, 300) * 1000
+
+    @property
+    def power_range_mw(self) -> tuple[int, int]:
+        return self.tdp_mw * 3 // 10, self.tdp_mw
+
+    @property
+    def clocks_mhz(self) -> tuple[int, int]:
+        """(max graphics clock, memory clock)."""
+        return CLOCKS_MHZ.get(self.product.architecture, (1800, 1500))
 
 
 @dataclass
@@ -165,6 +193,8 @@ class SimHost:
             "dirty_ratio": 20,
             "dirty_background_ratio": 10,
         }
+        self.available_governors = set(CPU_GOVERNORS)
+        self.writable = True  # False: an agent that is not root, or an unprivileged container
 
     def hostname(self) -> str:
         return self._hostname
@@ -189,6 +219,27 @@ class SimHost:
             raise KeyError(f"{name} is not a host setting; known: {', '.join(self._settings)}")
         self._settings[name] = value
 
+    def check_tuning(self, tuning: HostTuning) -> None:
+        problems = tuning_problems(tuning, self.settings(), self.available_governors)
+        if problems:
+            raise ApplyError("host tuning: " + "; ".join(problems))
+
+    def apply(self, tuning: HostTuning) -> list[str]:
+        """As LinuxHost.apply, in memory: the same checks, messages and refusals (not root: permission denied)."""
+        self.check_tuning(tuning)
+        wanted = tuning.to_dict()  # only the settings the tuning has
+        if wanted and not self.writable:
+            first = next(iter(wanted))
+            path = THP_FILE if first == "transparent_hugepages" else SYSCTL_FILES.get(first, "sys/devices/system/cpu")
+            raise ApplyError(
+                f"host tuning: cannot write /{path}: permission denied (the agent must run as root, privileged in a "
+                "container); nothing was changed"
+            )
+        before = self.settings()
+        for name, value in wanted.items():
+            self._settings["thp" if name == "transparent_hugepages" else name] = value
+        return tuning_changes(before, self.settings())
+
 
 class SimNvml:
     """pynvml-compatible functions over simulated GPUs of one catalog product."""
@@ -212,6 +263,7 @@ class SimNvml:
         self.clock = clock
         self.workload = workload
         self.reset_supported = reset_supported  # False: a pass-through VM, where only a reboot applies MIG mode
+        self.privileged = True  # False: NVML setters answer NVML_ERROR_NO_PERMISSION, as for a non-root agent
         self.numa_supported = numa_supported  # False: an older driver without nvmlDeviceGetNumaNodeId
         rng = random.Random(seed)
         self.gpus = [
@@ -254,6 +306,13 @@ class SimNvml:
 
     def _gpu(self, handle: Any) -> SimGpu:
         return self._resolve(handle, SimGpu)
+
+    def _settable_gpu(self, handle: Any) -> SimGpu:
+        """A GPU to change: setters need root (NVML_ERROR_NO_PERMISSION otherwise)."""
+        gpu = self._gpu(handle)
+        if not self.privileged:
+            raise _error(pynvml.NVML_ERROR_NO_PERMISSION)
+        return gpu
 
     def _mig_capable_gpu(self, handle: Any) -> SimGpu:
         gpu = self._gpu(handle)
@@ -335,6 +394,7 @@ class SimNvml:
             gpu.compute_mode = pynvml.NVML_COMPUTEMODE_DEFAULT
             gpu.persistence = pynvml.NVML_FEATURE_DISABLED
             gpu.time_slice = 0
+            gpu.locked_clocks = gpu.power_limit_mw = None
         self.host.reboot()
 
     def _power_cycle(self, gpu: SimGpu) -> None:
@@ -495,7 +555,8 @@ class SimNvml:
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
         gpu = self._gpu(handle)
         tdp = TDP_W.get(gpu.product.architecture, 300)
-        return round((IDLE_W + (tdp - IDLE_W) * self._activity(gpu)) * 1000)  # mW, as NVML reports it
+        drawn = round((IDLE_W + (tdp - IDLE_W) * self._activity(gpu)) * 1000)  # mW, as NVML reports it
+        return min(drawn, self.nvmlDeviceGetPowerManagementLimit(handle))
 
     def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter_type: int) -> int:
         gpu = self._gpu(handle)
@@ -506,7 +567,7 @@ class SimNvml:
         return self._gpu(handle).compute_mode
 
     def nvmlDeviceSetComputeMode(self, handle: Any, mode: int) -> None:
-        gpu = self._gpu(handle)
+        gpu = self._settable_gpu(handle)
         if mode not in (
             pynvml.NVML_COMPUTEMODE_DEFAULT,
             pynvml.NVML_COMPUTEMODE_EXCLUSIVE_THREAD,
@@ -520,7 +581,73 @@ class SimNvml:
         return self._gpu(handle).persistence
 
     def nvmlDeviceSetPersistenceMode(self, handle: Any, mode: int) -> None:
-        self._gpu(handle).persistence = mode
+        self._settable_gpu(handle).persistence = mode
+
+    # -- clocks and power (§6) ---------------------------------------------------------------------------------------
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
+        return self.nvmlDeviceGetPowerManagementLimit(handle)
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: Any) -> int:
+        gpu = self._gpu(handle)
+        return gpu.power_limit_mw if gpu.power_limit_mw is not None else gpu.tdp_mw
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: Any) -> int:
+        return self._gpu(handle).tdp_mw
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: Any) -> list[int]:
+        return list(self._gpu(handle).power_range_mw)
+
+    def nvmlDeviceSetPowerManagementLimit(self, handle: Any, limit_mw: int) -> None:
+        gpu = self._settable_gpu(handle)
+        low, high = gpu.power_range_mw
+        if not low <= limit_mw <= high:
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        gpu.power_limit_mw = None if limit_mw == gpu.tdp_mw else limit_mw
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock_type: int) -> int:
+        gpu = self._gpu(handle)
+        return gpu.clocks_mhz[1] if clock_type == pynvml.NVML_CLOCK_MEM else gpu.clocks_mhz[0]
+
+    def nvmlDeviceGetApplicationsClock(self, handle: Any, clock_type: int) -> int:
+        gpu = self._gpu(handle)
+        if clock_type == pynvml.NVML_CLOCK_MEM:
+            return gpu.clocks_mhz[1]
+        return gpu.clocks_mhz[0] * 9 // 10 // 15 * 15
+
+    def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int) -> int:
+        """The clock now: idle low, busy high, and inside the locked range when one is set."""
+        gpu = self._gpu(handle)
+        if clock_type == pynvml.NVML_CLOCK_MEM:
+            return gpu.clocks_mhz[1]
+        top = gpu.clocks_mhz[0]
+        activity = self._activity(gpu)
+        clock = (
+            IDLE_CLOCK_MHZ + round((top - IDLE_CLOCK_MHZ) * min(1.0, activity / 0.7)) if activity else IDLE_CLOCK_MHZ
+        )
+        if gpu.locked_clocks:
+            low, high = gpu.locked_clocks
+            clock = min(max(clock, low), high)
+        return clock
+
+    def nvmlDeviceGetSupportedMemoryClocks(self, handle: Any) -> list[int]:
+        memory = self._gpu(handle).clocks_mhz[1]
+        return [memory, memory // 2, 405]
+
+    def nvmlDeviceGetSupportedGraphicsClocks(self, handle: Any, memory_clock_mhz: int) -> list[int]:
+        gpu = self._gpu(handle)
+        if memory_clock_mhz not in self.nvmlDeviceGetSupportedMemoryClocks(handle):
+            raise _error(pynvml.NVML_ERROR_NOT_FOUND)
+        return list(range(gpu.clocks_mhz[0], LOWEST_CLOCK_MHZ - 1, -15))
+
+    def nvmlDeviceSetGpuLockedClocks(self, handle: Any, min_mhz: int, max_mhz: int) -> None:
+        gpu = self._settable_gpu(handle)
+        if not LOWEST_CLOCK_MHZ <= min_mhz <= max_mhz <= gpu.clocks_mhz[0]:
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        gpu.locked_clocks = (min_mhz, max_mhz)
+
+    def nvmlDeviceResetGpuLockedClocks(self, handle: Any) -> None:
+        self._settable_gpu(handle).locked_clocks = None
 
     # -- MIG mode and GPU instances (§1.3, §4.1, §6) -----------------------------------------------------------------
 

@@ -30,6 +30,8 @@ def handle(sim: Simulator, method: str, parts: list[str], query: dict[str, str],
         }
     if method == "POST" and len(parts) == 3 and parts[0] == "nodes":
         node, action = parts[1], parts[2]
+        if action == "kubelet-config":
+            return {"node": node, "action": action, "kubelet": sim.set_kubelet_config(node, **body)}
         if action == "restart-mig-manager":
             sim.restart_mig_manager(node)
         elif action == "restart-device-plugin":

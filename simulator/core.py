@@ -213,6 +213,24 @@ class Simulator:
         self.nodes[node].ready = ready
         self.store.mutate(NODES, "", node, lambda obj: nodes.set_ready(obj, ready))
 
+    def kubelet_configz(self, node: str) -> dict:
+        """The node's kubelet configuration as `/api/v1/nodes/<node>/proxy/configz` serves it; 503 when NotReady."""
+        sim_node = self._require_node(node)
+        if not sim_node.ready:
+            raise ApiError(
+                503,
+                "ServiceUnavailable",
+                f"error trying to reach service: dial tcp {sim_node.internal_ip}:10250: connect: connection refused",
+            )
+        return nodes.kubelet_configz(sim_node)
+
+    def set_kubelet_config(self, node: str, **changes: str) -> dict[str, str]:
+        """Change what a node's kubelet runs (topologyManagerPolicy, topologyManagerScope, cpuManagerPolicy,
+        memoryManagerPolicy), as an admin editing its config and restarting it would; returns the new settings."""
+        sim_node = self._require_node(node)
+        sim_node.kubelet = {**sim_node.kubelet, **nodes.check_kubelet_settings(changes)}
+        return dict(sim_node.kubelet)
+
     def add_pod(self, node: str, resource: str = "nvidia.com/gpu", count: int = 1, **options) -> dict:
         """Place one workload pod on `node` (options: namespace, controller, protected) regardless of capacity."""
         return self.store.create(PODS, self.workload.make_pod(self.node(node), resource, count, **options))

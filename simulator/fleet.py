@@ -83,6 +83,29 @@ class SimNode:
     initial_mig_config: str | None = None  # what the node's mig.config label names at start (MIG-capable only)
     initial_plugin_config: str | None = None  # nvidia.com/device-plugin.config at start
     mig_applies: int = 0  # how many reconfigurations ran; part of MIG device UUIDs (they change on re-create)
+    # The kubelet settings a QoS policy compares (contracts §7.2), served at /api/v1/nodes/<name>/proxy/configz.
+    kubelet: dict[str, str] = field(default_factory=dict)
+
+
+# (share, topologyManagerPolicy, cpuManagerPolicy): most kubelets run the defaults, tuned nodes align to NUMA.
+KUBELET_MIX: tuple[tuple[float, str, str], ...] = (
+    (0.70, "none", "none"),
+    (0.15, "single-numa-node", "static"),
+    (0.10, "best-effort", "none"),
+    (0.05, "restricted", "static"),
+)
+
+
+def kubelet_settings(seed: int, index: int) -> dict[str, str]:
+    """The node's kubelet policies; a generator of their own keeps every other draw of the node as it was."""
+    draw = random.Random(f"{seed}:kubelet:{index}").random()
+    total, chosen = 0.0, KUBELET_MIX[0]
+    for entry in KUBELET_MIX:
+        total += entry[0]
+        if draw < total:
+            chosen = entry
+            break
+    return {"topologyManagerPolicy": chosen[1], "topologyManagerScope": "container", "cpuManagerPolicy": chosen[2]}
 
 
 @functools.lru_cache(maxsize=16)
@@ -142,6 +165,7 @@ def generate_node(seed: int, index: int) -> SimNode:
         cordoned=rng.random() < 0.02,
         initial_mig_config=mig_config,
         initial_plugin_config=plugin_config,
+        kubelet=kubelet_settings(seed, index),
     )
 
 

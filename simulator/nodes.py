@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
+from simulator.errors import ApiError
 from simulator.fleet import SimNode, instance_type
 
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
@@ -127,9 +129,44 @@ def set_ready(obj: dict, ready: bool) -> None:
         obj["spec"].pop("taints", None)
 
 
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_QUALIFIED_NAME_RE = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+def _check_taints(name: str, taints: object) -> None:
+    """The API server's validation of spec.taints: a 422 Invalid naming the field, as for `kubectl taint` typos."""
+    if not isinstance(taints, list):
+        raise ApiError.invalid("nodes", name, f"spec.taints: Invalid value: {taints!r}: must be a list")
+    seen = set()
+    for i, taint in enumerate(taints):
+        where = f"spec.taints[{i}]"
+        if not isinstance(taint, dict):
+            raise ApiError.invalid("nodes", name, f"{where}: Invalid value: {taint!r}: must be an object")
+        key, value, effect = taint.get("key", ""), taint.get("value", ""), taint.get("effect", "")
+        if not isinstance(key, str) or not _QUALIFIED_NAME_RE.match(key):
+            raise ApiError.invalid("nodes", name, f"{where}.key: Invalid value: {key!r}: must be a qualified name")
+        if not isinstance(value, str) or not _LABEL_VALUE_RE.match(value):
+            raise ApiError.invalid("nodes", name, f"{where}.value: Invalid value: {value!r}: must be a label value")
+        if effect not in _TAINT_EFFECTS:
+            supported = ", ".join(f'"{e}"' for e in _TAINT_EFFECTS)
+            detail = "Required value" if not effect else f'Unsupported value: "{effect}": supported values: {supported}'
+            raise ApiError.invalid("nodes", name, f"{where}.effect: {detail}")
+        if (key, effect) in seen:
+            raise ApiError.invalid(
+                "nodes", name, f'{where}: Duplicate value: "{key}:{effect}": taints must be unique by key and effect'
+            )
+        seen.add((key, effect))
+
+
 def normalize(old: dict | None, new: dict) -> None:
-    """Keep the unschedulable taint in step with spec.unschedulable, as the node lifecycle controller does."""
+    """Validate spec.taints as the API server does, and keep the unschedulable taint in step with
+    spec.unschedulable, as the node lifecycle controller does."""
     spec = new.setdefault("spec", {})
+    if "taints" in spec:
+        _check_taints(new.get("metadata", {}).get("name", ""), spec["taints"])
     taints = [t for t in spec.get("taints", []) if t.get("key") != UNSCHEDULABLE_TAINT["key"]]
     if spec.get("unschedulable"):
         previous = next(
@@ -141,3 +178,127 @@ def normalize(old: dict | None, new: dict) -> None:
         spec["taints"] = taints
     else:
         spec.pop("taints", None)
+
+
+# What a kubelet accepts for the settings the control endpoint may change (contracts §7.2).
+KUBELET_CHOICES = {
+    "topologyManagerPolicy": ("none", "best-effort", "restricted", "single-numa-node"),
+    "topologyManagerScope": ("container", "pod"),
+    "cpuManagerPolicy": ("none", "static"),
+    "memoryManagerPolicy": ("None", "Static"),
+}
+
+
+def check_kubelet_settings(changes: object) -> dict[str, str]:
+    """A valid subset of KUBELET_CHOICES, or a 400 naming what is wrong."""
+    if not isinstance(changes, dict) or not changes:
+        raise ApiError.bad_request(f"the body must set some of: {', '.join(KUBELET_CHOICES)}")
+    for key, value in changes.items():
+        if key not in KUBELET_CHOICES:
+            raise ApiError.bad_request(
+                f"{key} is not a kubelet setting the simulator varies; known: {', '.join(KUBELET_CHOICES)}"
+            )
+        if value not in KUBELET_CHOICES[key]:
+            raise ApiError.bad_request(f"{key} must be one of {', '.join(KUBELET_CHOICES[key])}, not {value!r}")
+    return dict(changes)
+
+
+def kubelet_configz(node: SimNode) -> dict:
+    """`GET /api/v1/nodes/<name>/proxy/configz` as a v1.32 kubelet answers it: its running KubeletConfiguration."""
+    settings = {"memoryManagerPolicy": "None", **node.kubelet}
+    config = {
+        "enableServer": True,
+        "staticPodPath": "/etc/kubernetes/manifests",
+        "podLogsDir": "/var/log/pods",
+        "syncFrequency": "1m0s",
+        "fileCheckFrequency": "20s",
+        "httpCheckFrequency": "20s",
+        "address": "0.0.0.0",
+        "port": 10250,
+        "rotateCertificates": True,
+        "serverTLSBootstrap": True,
+        "authentication": {
+            "x509": {"clientCAFile": "/etc/kubernetes/pki/ca.crt"},
+            "webhook": {"enabled": True, "cacheTTL": "2m0s"},
+            "anonymous": {"enabled": False},
+        },
+        "authorization": {"mode": "Webhook", "webhook": {"cacheAuthorizedTTL": "5m0s", "cacheUnauthorizedTTL": "30s"}},
+        "registryPullQPS": 5,
+        "registryBurst": 10,
+        "eventRecordQPS": 50,
+        "eventBurst": 100,
+        "enableDebuggingHandlers": True,
+        "healthzPort": 10248,
+        "healthzBindAddress": "127.0.0.1",
+        "oomScoreAdj": -999,
+        "clusterDomain": "cluster.local",
+        "clusterDNS": ["10.96.0.10"],
+        "streamingConnectionIdleTimeout": "4h0m0s",
+        "nodeStatusUpdateFrequency": "10s",
+        "nodeStatusReportFrequency": "5m0s",
+        "nodeLeaseDurationSeconds": 40,
+        "imageMinimumGCAge": "2m0s",
+        "imageMaximumGCAge": "0s",
+        "imageGCHighThresholdPercent": 85,
+        "imageGCLowThresholdPercent": 80,
+        "volumeStatsAggPeriod": "1m0s",
+        "cgroupsPerQOS": True,
+        "cgroupDriver": "systemd",
+        "cpuManagerPolicy": settings["cpuManagerPolicy"],
+        "cpuManagerReconcilePeriod": "10s",
+        "memoryManagerPolicy": settings["memoryManagerPolicy"],
+        "topologyManagerPolicy": settings["topologyManagerPolicy"],
+        "topologyManagerScope": settings["topologyManagerScope"],
+        "runtimeRequestTimeout": "2m0s",
+        "hairpinMode": "promiscuous-bridge",
+        "maxPods": 110,
+        "podPidsLimit": -1,
+        "resolvConf": "/run/systemd/resolve/resolv.conf",
+        "cpuCFSQuota": True,
+        "cpuCFSQuotaPeriod": "100ms",
+        "nodeStatusMaxImages": 50,
+        "maxOpenFiles": 1000000,
+        "contentType": "application/vnd.kubernetes.protobuf",
+        "kubeAPIQPS": 50,
+        "kubeAPIBurst": 100,
+        "serializeImagePulls": True,
+        "evictionHard": {
+            "imagefs.available": "15%",
+            "memory.available": "100Mi",
+            "nodefs.available": "10%",
+            "nodefs.inodesFree": "5%",
+        },
+        "evictionPressureTransitionPeriod": "5m0s",
+        "enableControllerAttachDetach": True,
+        "makeIPTablesUtilChains": True,
+        "iptablesMasqueradeBit": 14,
+        "iptablesDropBit": 15,
+        "failSwapOn": True,
+        "memorySwap": {},
+        "containerLogMaxSize": "10Mi",
+        "containerLogMaxFiles": 5,
+        "configMapAndSecretChangeDetectionStrategy": "Watch",
+        "enforceNodeAllocatable": ["pods"],
+        "volumePluginDir": "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/",
+        "logging": {
+            "format": "text",
+            "flushFrequency": "5s",
+            "verbosity": 0,
+            "options": {"json": {"infoBufferSize": "0"}},
+        },
+        "enableSystemLogHandler": True,
+        "shutdownGracePeriod": "0s",
+        "shutdownGracePeriodCriticalPods": "0s",
+        "enableProfilingHandler": True,
+        "enableDebugFlagsHandler": True,
+        "seccompDefault": False,
+        "memoryThrottlingFactor": 0.9,
+        "registerNode": True,
+        "localStorageCapacityIsolation": True,
+        "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+    }
+    if settings["cpuManagerPolicy"] == "static":
+        config["reservedSystemCPUs"] = "0-1"  # the static policy refuses to start without reserved CPUs
+    if settings["memoryManagerPolicy"] == "Static":
+        config["reservedMemory"] = [{"numaNode": 0, "limits": {"memory": "1124Mi"}}]
+    return {"kubeletconfig": config}

@@ -12,7 +12,7 @@ import time
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from simulator import control, protobuf, resources, tables
 from simulator.errors import ApiError
@@ -38,6 +38,7 @@ _VERSION = {
 _STATUS_KEPT = {"nodes": ("status",), "pods": ("status",)}  # status is a subresource: the main endpoint ignores it
 _DEFAULT_WATCH_SECONDS = 1800
 _DCGM_PORT = "9400"
+_KUBELET_PORT = "10250"
 
 
 class ApiServer(ThreadingHTTPServer):
@@ -158,7 +159,8 @@ class Handler(BaseHTTPRequestHandler):
     def _handle(self, method: str) -> None:
         sim = self.server.sim
         url = urlsplit(self.path)
-        path = url.path.rstrip("/") or "/"
+        # Decoded as kube-apiserver does: clients percent-encode ':' in "node:port" proxy names. Names hold no '/'.
+        path = unquote(url.path).rstrip("/") or "/"
         query = dict(parse_qsl(url.query, keep_blank_values=True))
         try:
             body = self._read_body()
@@ -354,11 +356,15 @@ class Handler(BaseHTTPRequestHandler):
             return
         if resource is NODES and sub[0] == "proxy" and method == "GET":
             node, _, port = name.partition(":")
+            if port in ("", _KUBELET_PORT) and sub[1:] == ["configz"]:
+                self._send_json(200, sim.kubelet_configz(node))
+                return
             if port != _DCGM_PORT or sub[1:] != ["metrics"]:
                 raise ApiError(
                     503,
                     "ServiceUnavailable",
-                    f"no endpoint at {name}/{'/'.join(sub[1:])}: only dcgm-exporter (:9400/metrics) is simulated",
+                    f"no endpoint at {name}/{'/'.join(sub[1:])}: only the kubelet's /configz and dcgm-exporter "
+                    "(:9400/metrics) are simulated",
                 )
             sim.store.get(NODES, "", node)
             self._send_metrics(node)

@@ -8,6 +8,7 @@ import random
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from sharing.qos import qos_class
 from simulator.errors import ApiError
 from simulator.ids import suffix
 from simulator.labels import is_gpu_resource
@@ -65,20 +66,35 @@ def _image_id(image: str) -> str:
     return image.split(":")[0] + "@sha256:" + hashlib.sha256(image.encode()).hexdigest()
 
 
-def qos_class(containers: list[dict]) -> str:
-    """Guaranteed / Burstable / BestEffort from cpu and memory only (contracts §7.3)."""
-    has_any, guaranteed = False, True
-    for container in containers:
-        resources = container.get("resources", {})
-        requests, limits = resources.get("requests", {}), resources.get("limits", {})
-        for kind in ("cpu", "memory"):
-            if kind in requests or kind in limits:
-                has_any = True
-            if kind not in limits or requests.get(kind, limits[kind]) != limits[kind]:
-                guaranteed = False
-    if guaranteed and has_any:
-        return "Guaranteed"
-    return "Burstable" if has_any else "BestEffort"
+# Added to every pod without its own by the DefaultTolerationSeconds admission plugin.
+DEFAULT_TOLERATIONS = (
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+)
+# What the DaemonSet controller adds to its pods' tolerations.
+DAEMONSET_TOLERATIONS = (
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+)
+POOL_TAINT_KEY = "tessera.io/pool"
+# namespace -> (priority class, priority) of its workload; research pods have one only sometimes.
+PRIORITY_CLASSES = {"inference": ("inference-high", 100000), "ml-training": ("batch-low", 1000)}
+RESEARCH_PRIORITY = ("research-normal", 5000)
+
+
+def _defaulted(container: dict) -> dict:
+    """The API server's defaulting: a limit without a request gets the limit as its request."""
+    resources = container.get("resources")
+    if resources and resources.get("limits"):
+        requests = resources.setdefault("requests", {})
+        for name, value in resources["limits"].items():
+            requests.setdefault(name, value)
+    return container
 
 
 def pod_object(
@@ -95,17 +111,22 @@ def pod_object(
     host_ip: str = "",
     pod_ip: str = "",
     started: str | None = None,
+    init_containers: list[dict] | None = None,
+    tolerations: list[dict] | tuple[dict, ...] = DEFAULT_TOLERATIONS,
 ) -> dict:
     started = started or now_timestamp()
     spec: dict = {
         "nodeName": node,
-        "containers": containers,
+        "containers": [_defaulted(c) for c in containers],
         "restartPolicy": "Always" if owner is None or owner["kind"] != "Job" else "Never",
         "schedulerName": "default-scheduler",
         "serviceAccountName": "default",
         "priority": priority,
         "terminationGracePeriodSeconds": 30,
+        "tolerations": [dict(t) for t in tolerations],
     }
+    if init_containers:
+        spec["initContainers"] = [_defaulted(c) for c in init_containers]
     if priority_class:
         spec["priorityClassName"] = priority_class
     if volumes:
@@ -123,7 +144,7 @@ def pod_object(
             "hostIP": host_ip,
             "podIP": pod_ip,
             "startTime": started,
-            "qosClass": qos_class(containers),
+            "qosClass": qos_class(spec),
             "containerStatuses": [
                 {
                     "name": c["name"],
@@ -138,6 +159,34 @@ def pod_object(
                 }
                 for c in containers
             ],
+            **(
+                {"initContainerStatuses": [_completed(namespace, name, c, started) for c in init_containers]}
+                if init_containers
+                else {}
+            ),
+        },
+    }
+
+
+def _completed(namespace: str, pod: str, container: dict, started: str) -> dict:
+    """An init container that ran to completion."""
+    digest = hashlib.sha256(f"{namespace}/{pod}/{container['name']}".encode()).hexdigest()
+    return {
+        "name": container["name"],
+        "ready": True,
+        "restartCount": 0,
+        "started": False,
+        "image": container["image"],
+        "imageID": _image_id(container["image"]),
+        "containerID": "containerd://" + digest,
+        "state": {
+            "terminated": {
+                "exitCode": 0,
+                "reason": "Completed",
+                "startedAt": started,
+                "finishedAt": started,
+                "containerID": "containerd://" + digest,
+            }
         },
     }
 
@@ -230,6 +279,7 @@ class DaemonSets:
             priority=2000001000,
             host_ip=host_ip,
             pod_ip=host_ip,
+            tolerations=DAEMONSET_TOLERATIONS,
         )
 
     def desired_specs(self, node: dict) -> list[DaemonSetSpec]:
@@ -302,25 +352,21 @@ class Workload:
         if protected:
             labels[PROTECTED_LABEL] = "true"
         qos = rng.choice(("Guaranteed", "Guaranteed", "Burstable", "Burstable", "BestEffort"))
-        resources: dict = {"limits": {resource: str(count)}}
-        cpu, memory = str(8 * count), f"{64 * count}Gi"
-        if qos == "Guaranteed":
-            resources = {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}
-            resources["limits"][resource] = str(count)
-        elif qos == "Burstable":
-            resources["requests"] = {"cpu": cpu, "memory": memory}
-        priority_class, priority = {
-            "inference": ("inference-high", 100000),
-            "ml-training": ("batch-low", 1000),
-        }.get(namespace, (None, 0))
+        # The pod's own draws (shape, tolerations) come from a generator of its name, so the fleet's sequence of
+        # pods, nodes and IPs stays what it was before pods had them.
+        shape = random.Random(f"{self._seed}:shape:{name}")
+        image = "nvcr.io/nvidia/pytorch:25.01-py3" if controller == "Job" else "nvcr.io/nvidia/tritonserver:25.01-py3"
+        containers, init_containers = _containers(qos, resource, count, image, shape)
+        priority_class, priority = PRIORITY_CLASSES.get(namespace, (None, 0))
+        if namespace == "research" and shape.random() < 0.4:
+            priority_class, priority = RESEARCH_PRIORITY
         volumes = [{"name": "scratch", "emptyDir": {}}] if controller == "Job" else None
         host_ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
-        image = "nvcr.io/nvidia/pytorch:25.01-py3" if controller == "Job" else "nvcr.io/nvidia/tritonserver:25.01-py3"
         return pod_object(
             name=name,
             namespace=namespace,
             node=node["metadata"]["name"],
-            containers=[{"name": "main", "image": image, "resources": resources}],
+            containers=containers,
             labels=labels,
             owner=owner,
             priority_class=priority_class,
@@ -329,6 +375,8 @@ class Workload:
             host_ip=host_ip,
             pod_ip=f"10.244.{rng.randint(0, 255)}.{rng.randint(2, 254)}",
             started=started,
+            init_containers=init_containers,
+            tolerations=_tolerations(namespace, shape),
         )
 
     def _identity(self, controller: str) -> tuple[str, dict[str, str], dict | None]:
@@ -394,6 +442,78 @@ class Workload:
         for namespace, name in chosen:
             self._store.delete(PODS, namespace, name)
         return [f"{namespace}/{name}" for namespace, name in chosen]
+
+
+def _containers(qos: str, resource: str, count: int, image: str, rng: random.Random) -> tuple[list, list]:
+    """Containers and init containers of a workload pod of this QoS class, in the shapes real manifests take:
+    Guaranteed with requests equal to limits (some written as limits only, some with a sidecar or an init container
+    sized alike); Burstable with requests only, requests below limits, only a memory limit, or a Guaranteed main
+    container whose init container has no resources; BestEffort with the GPU alone."""
+    gpu = {resource: str(count)}
+    cpu, memory = rng.choice(((str(8 * count), f"{64 * count}Gi"), (f"{7500 * count}m", f"{61440 * count}Mi")))
+    main: dict = {"name": "main", "image": image}
+    init: list[dict] = []
+    variant = rng.random()
+    if qos == "Guaranteed":
+        sized = {"cpu": cpu, "memory": memory}
+        main["resources"] = (
+            {"limits": {**sized, **gpu}} if variant < 0.3 else {"requests": sized, "limits": {**sized, **gpu}}
+        )
+        containers = [main]
+        if 0.5 <= variant < 0.75:
+            small = {"cpu": "500m", "memory": "512Mi"}
+            containers.append(
+                {
+                    "name": "metrics",
+                    "image": "prom/statsd-exporter:v0.28.0",
+                    "resources": {"requests": small, "limits": dict(small)},
+                }
+            )
+        elif variant >= 0.75:
+            fetch = {"cpu": "1", "memory": "4Gi"}
+            init.append(
+                {
+                    "name": "fetch-weights",
+                    "image": "busybox:1.36",
+                    "resources": {"requests": fetch, "limits": dict(fetch)},
+                }
+            )
+        return containers, init
+    if qos == "Burstable":
+        if variant < 0.4:
+            main["resources"] = {"requests": {"cpu": cpu, "memory": memory}, "limits": dict(gpu)}
+        elif variant < 0.65:
+            main["resources"] = {
+                "requests": {"cpu": str(4 * count), "memory": f"{32 * count}Gi"},
+                "limits": {"cpu": cpu, "memory": memory, **gpu},
+            }
+        elif variant < 0.85:
+            main["resources"] = {"limits": {"memory": memory, **gpu}}
+        else:  # the main container is sized like a Guaranteed one, but the init container is not
+            main["resources"] = {
+                "requests": {"cpu": cpu, "memory": memory},
+                "limits": {"cpu": cpu, "memory": memory, **gpu},
+            }
+            init.append({"name": "prepare", "image": "busybox:1.36"})
+        return [main], init
+    main["resources"] = {"limits": dict(gpu)}
+    if variant < 0.2:
+        init.append({"name": "prepare", "image": "busybox:1.36"})
+    return [main], init
+
+
+def _tolerations(namespace: str, rng: random.Random) -> list[dict]:
+    """The default tolerations, and for some pods one of Tessera's pool taints (contracts §7.3 QoS policies)."""
+    tolerations = list(DEFAULT_TOLERATIONS)
+    draw = rng.random()
+    pool = {"inference": "inference", "ml-training": "training"}.get(namespace)
+    if pool and draw < 0.5:
+        tolerations.append({"key": POOL_TAINT_KEY, "operator": "Equal", "value": pool, "effect": "NoSchedule"})
+    elif namespace == "research" and draw < 0.3:
+        tolerations.append({"key": POOL_TAINT_KEY, "operator": "Exists"})
+    if rng.random() < 0.5:
+        tolerations.append({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"})
+    return tolerations
 
 
 def check_eviction(pod: dict, refused_by_fault: bool) -> None:

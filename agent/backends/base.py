@@ -6,7 +6,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from agent.protocol import GpuReport, HostSettings, MigSettings, MpsSettings, TimeSliceInterval, XidEvent
+from agent.protocol import (
+    GpuReport,
+    HostSettings,
+    MigSettings,
+    MpsSettings,
+    NodeSettings,
+    TimeSliceInterval,
+    XidEvent,
+)
 from sharing.mig import Placement
 
 
@@ -96,6 +104,19 @@ class Backend(ABC):
     @abstractmethod
     def set_persistence_mode(self, enabled: bool) -> None:
         """Turn persistence mode on or off on every GPU."""
+
+    @abstractmethod
+    def check_node_settings(self, settings: NodeSettings) -> None:
+        """Refuse a QoS policy's settings this node cannot take (ApplyError), before anything is touched."""
+
+    @abstractmethod
+    def apply_node_settings(self, settings: NodeSettings, previous: NodeSettings | None = None) -> list[str]:
+        """Apply a QoS policy's GPU settings and host tuning, verify them by reading back, and say what changed.
+
+        `previous` is what the agent applied before (since boot): a setting the agent set and the new policy drops is
+        undone (locked clocks reset, power limit, time slice and compute mode back to default); host tuning it drops
+        stays as it is. The MPS limits are not applied here: they travel with the MPS settings (`apply_mps`).
+        """
 
     @abstractmethod
     def busy_processes(self, gpu_uuids: Iterable[str]) -> list[tuple[str, int]]:

@@ -25,9 +25,11 @@ from agent.protocol import (
     GpuInstance,
     GpuProcess,
     GpuReport,
+    GpuSettings,
     MigDevice,
     MigSettings,
     MpsSettings,
+    NodeSettings,
     TimeSliceInterval,
     XidEvent,
 )
@@ -43,6 +45,7 @@ COMPUTE_MODES = {
     pynvml.NVML_COMPUTEMODE_PROHIBITED: "prohibited",
     pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS: "exclusive_process",
 }
+COMPUTE_MODE_VALUES = {name: value for value, name in COMPUTE_MODES.items()}
 TIME_SLICES = {"default": 0, "short": 1, "medium": 2, "long": 3}  # §5, NVIDIA's DRA driver TimeSliceInterval.Int()
 # The compute-instance profile that spans a whole GPU instance of that many compute slices (mig-parted's -C).
 CI_PROFILE_BY_SLICES = {
@@ -92,12 +95,19 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _metric(call: Callable[..., Any], *args: Any) -> Any:
-    """A metric NVML cannot read on this GPU (NotSupported, NoPermission, …) is unknown, not a failed report."""
+def _metric(call: Callable[..., Any] | None, *args: Any) -> Any:
+    """A metric NVML cannot read on this GPU (NotSupported, NoPermission, …) is unknown, not a failed report; so is
+    one whose function the bindings no longer have (None: nvmlDeviceGetApplicationsClock is deprecated)."""
+    if call is None:
+        return None
     try:
         return call(*args)
     except pynvml.NVMLError:
         return None
+
+
+def _on(indices: list[int]) -> str:
+    return "GPU " + ", ".join(map(str, indices))
 
 
 def _spec_for(specs: list[MigDeviceSpec], index: int, pci: Any) -> MigDeviceSpec | None:
@@ -171,6 +181,7 @@ class NvmlBackend(Backend):
         instances = [gi for _, gi in self._gpu_instances(handle)] if current else []
         utilization = _metric(nv.nvmlDeviceGetUtilizationRates, handle)  # NotSupported with MIG enabled (§6)
         power_mw = _metric(nv.nvmlDeviceGetPowerUsage, handle)
+        power_limit_mw = _metric(nv.nvmlDeviceGetEnforcedPowerLimit, handle)
         persistence = _metric(nv.nvmlDeviceGetPersistenceMode, handle)
         return GpuReport(
             uuid=nv.nvmlDeviceGetUUID(handle),
@@ -195,6 +206,12 @@ class NvmlBackend(Backend):
             ecc_dbe_total=self._ecc_errors(handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
             compute_mode=COMPUTE_MODES.get(_metric(nv.nvmlDeviceGetComputeMode, handle)),
             persistence_mode=persistence == pynvml.NVML_FEATURE_ENABLED if persistence is not None else None,
+            power_limit_w=power_limit_mw / 1000 if power_limit_mw is not None else None,
+            graphics_clock_mhz=_metric(nv.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_GRAPHICS),
+            applications_clock_mhz=_metric(
+                getattr(nv, "nvmlDeviceGetApplicationsClock", None), handle, pynvml.NVML_CLOCK_GRAPHICS
+            ),
+            max_graphics_clock_mhz=_metric(nv.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_GRAPHICS),
         )
 
     def _ecc_errors(self, handle: Any, error_type: int) -> int | None:
@@ -336,6 +353,10 @@ class NvmlBackend(Backend):
             return call(*args)
         except pynvml.NVMLError_InUse:
             raise BusyError(f"{what}: the GPU is in use (NVML_ERROR_IN_USE)") from None
+        except pynvml.NVMLError_NoPermission:
+            raise ApplyError(f"{what}: NVML_ERROR_NO_PERMISSION (the agent must run as root)") from None
+        except pynvml.NVMLError_NotSupported:
+            raise ApplyError(f"{what}: NVML_ERROR_NOT_SUPPORTED (this GPU or driver cannot do it)") from None
         except pynvml.NVMLError as error:
             raise ApplyError(f"{what}: {nvml_error_name(error)}") from None
 
@@ -570,9 +591,143 @@ class NvmlBackend(Backend):
             self._check_run(f"GPU {index}: set time slice {interval}", argv)
 
     def set_persistence_mode(self, enabled: bool) -> None:
+        self._persistence(enabled)
+
+    def _persistence(self, enabled: bool) -> list[int]:
         nv = self.nvml
         wanted = pynvml.NVML_FEATURE_ENABLED if enabled else pynvml.NVML_FEATURE_DISABLED
-        for index, handle in enumerate(self._handles()):
-            if nv.nvmlDeviceGetPersistenceMode(handle) != wanted:
-                what = f"GPU {index}: turn persistence mode {'on' if enabled else 'off'}"
-                self._call(what, nv.nvmlDeviceSetPersistenceMode, handle, wanted)
+        what = f"turn persistence mode {'on' if enabled else 'off'}"
+        handles = list(enumerate(self._handles()))
+        return self._set_each(what, nv.nvmlDeviceGetPersistenceMode, nv.nvmlDeviceSetPersistenceMode, wanted, handles)
+
+    def _set_each(
+        self, what: str, read: Callable[[Any], Any], write: Callable[[Any, Any], Any], wanted: Any, handles: list
+    ) -> list[int]:
+        """Set a value on every GPU that differs, read it back, and return the indices that changed."""
+        changed = []
+        for index, handle in handles:
+            if read(handle) == wanted:
+                continue
+            self._call(f"GPU {index}: {what}", write, handle, wanted)
+            now = read(handle)
+            if now != wanted:
+                raise ApplyError(f"GPU {index}: {what}: reads {now} after setting {wanted}")
+            changed.append(index)
+        return changed
+
+    # -- QoS node settings: persistence, compute mode, time slice, clocks, power limit, host tuning -------------------
+
+    def _clock_range(self, handle: Any) -> tuple[int, int]:
+        """Lowest and highest graphics clock the GPU supports at its top memory clock (MHz)."""
+        nv = self.nvml
+        memory = max(nv.nvmlDeviceGetSupportedMemoryClocks(handle))
+        clocks = nv.nvmlDeviceGetSupportedGraphicsClocks(handle, memory)
+        return min(clocks), max(clocks)
+
+    def _locked_range(self, handle: Any, gpu: GpuSettings) -> tuple[int, int]:
+        """The range to lock: a bound the policy leaves open is the GPU's own (NVML takes no mixed symbolic values)."""
+        low, high = self._clock_range(handle)
+        return gpu.gpu_clock_min_mhz or low, gpu.gpu_clock_max_mhz or high
+
+    def _gpu_setting_problems(self, handle: Any, gpu: GpuSettings) -> list[str]:
+        nv, problems = self.nvml, []
+        if gpu.gpu_clock_min_mhz or gpu.gpu_clock_max_mhz:
+            try:
+                low, high = self._clock_range(handle)
+            except pynvml.NVMLError as error:
+                problems.append(f"its supported clocks cannot be read ({nvml_error_name(error)})")
+            else:
+                lo, hi = gpu.gpu_clock_min_mhz or low, gpu.gpu_clock_max_mhz or high
+                if lo > hi:
+                    problems.append(f"locked clocks {lo}-{hi} MHz: the minimum is above the maximum")
+                elif lo < low or hi > high:
+                    problems.append(f"locked clocks {lo}-{hi} MHz are outside this GPU's {low}-{high} MHz")
+        if gpu.power_limit_w is not None:
+            try:
+                low_mw, high_mw = nv.nvmlDeviceGetPowerManagementLimitConstraints(handle)
+            except pynvml.NVMLError as error:
+                problems.append(f"its power limit range cannot be read ({nvml_error_name(error)})")
+            else:
+                if not low_mw <= gpu.power_limit_w * 1000 <= high_mw:
+                    allowed = f"{low_mw / 1000:g}-{high_mw / 1000:g} W"
+                    problems.append(f"power limit {gpu.power_limit_w} W is outside this GPU's {allowed}")
+        return problems
+
+    def check_node_settings(self, settings: NodeSettings) -> None:
+        gpu, problems = settings.gpu, {}
+        if gpu.gpu_clock_min_mhz or gpu.gpu_clock_max_mhz or gpu.power_limit_w is not None:
+            for index, handle in enumerate(self._handles()):
+                for problem in self._gpu_setting_problems(handle, gpu):
+                    problems.setdefault(problem, []).append(index)
+        if problems:
+            raise ApplyError("; ".join(f"{_on(gpus)}: {text}" for text, gpus in problems.items()))
+        self.host.check_tuning(settings.host)
+
+    def apply_node_settings(self, settings: NodeSettings, previous: NodeSettings | None = None) -> list[str]:
+        self.check_node_settings(settings)
+        done: list[str] = []
+        try:
+            self._apply_gpu_settings(settings.gpu, previous.gpu if previous else GpuSettings(), done)
+            if settings.host.to_dict():
+                done += self.host.apply(settings.host)
+        except ApplyError as error:
+            if done:
+                raise ApplyError(f"{error}; changed before that: {', '.join(done)}") from None
+            raise
+        return done
+
+    def _apply_gpu_settings(self, gpu: GpuSettings, before: GpuSettings, done: list[str]) -> None:
+        nv = self.nvml
+        handles = list(enumerate(self._handles()))
+        modes_before = [nv.nvmlDeviceGetComputeMode(handle) for _, handle in handles]
+        if gpu.persistence_mode is not None and (changed := self._persistence(gpu.persistence_mode)):
+            done.append(f"persistence mode {'on' if gpu.persistence_mode else 'off'} on {_on(changed)}")
+        if gpu.time_slice_interval is not None:
+            self.set_time_slice(gpu.time_slice_interval)  # nvidia-smi cannot be asked what it is: always set
+            done.append(f"time slice {gpu.time_slice_interval}")
+        elif before.time_slice_interval is not None:
+            self.set_time_slice("default")
+            done.append("time slice back to default")
+        mode = gpu.compute_mode or ("default" if before.compute_mode else None)
+        if mode is not None:
+            wanted = COMPUTE_MODE_VALUES[mode]
+            read, write = nv.nvmlDeviceGetComputeMode, nv.nvmlDeviceSetComputeMode
+            self._set_each(f"set compute mode {mode}", read, write, wanted, handles)
+            # Against the mode before the time slice step, which passes through DEFAULT (§5).
+            changed = [index for index, _ in handles if modes_before[index] != wanted]
+            if changed:
+                done.append(f"compute mode {mode} on {_on(changed)}")
+        bounds, before_bounds = (
+            (gpu.gpu_clock_min_mhz, gpu.gpu_clock_max_mhz),
+            (before.gpu_clock_min_mhz, before.gpu_clock_max_mhz),
+        )
+        if any(bounds):
+            ranges = set()
+            for index, handle in handles:
+                low, high = self._locked_range(handle, gpu)
+                self._call(
+                    f"GPU {index}: lock clocks to {low}-{high} MHz", nv.nvmlDeviceSetGpuLockedClocks, handle, low, high
+                )
+                ranges.add(f"{low}-{high} MHz")
+            if bounds != before_bounds:  # NVML cannot read locked clocks back; the agent remembers what it set
+                done.append(f"GPU clocks locked to {', '.join(sorted(ranges))}")
+        elif any(before_bounds):
+            for index, handle in handles:
+                self._call(f"GPU {index}: reset locked clocks", nv.nvmlDeviceResetGpuLockedClocks, handle)
+            done.append("GPU clocks unlocked")
+        if gpu.power_limit_w is not None:
+            what = f"set power limit {gpu.power_limit_w} W"
+            limit_mw = gpu.power_limit_w * 1000
+            changed = self._set_each(
+                what, nv.nvmlDeviceGetPowerManagementLimit, nv.nvmlDeviceSetPowerManagementLimit, limit_mw, handles
+            )
+            if changed:
+                done.append(f"power limit {gpu.power_limit_w} W on {_on(changed)}")
+        elif before.power_limit_w is not None:
+            changed = []
+            for index, handle in handles:
+                default_mw = nv.nvmlDeviceGetPowerManagementDefaultLimit(handle)
+                read, write = nv.nvmlDeviceGetPowerManagementLimit, nv.nvmlDeviceSetPowerManagementLimit
+                changed += self._set_each("restore the default power limit", read, write, default_mw, [(index, handle)])
+            if changed:
+                done.append(f"power limit back to default on {_on(changed)}")

@@ -10,7 +10,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent import protocol
-from agent.protocol import DesiredConfig, ErrorBody, ProtocolError, RegisterRequest, RegisterResponse, Report
+from agent.protocol import (
+    AppliedState,
+    DesiredConfig,
+    ErrorBody,
+    GpuReport,
+    GpuSettings,
+    HostTuning,
+    NodeSettings,
+    ProtocolError,
+    RegisterRequest,
+    RegisterResponse,
+    Report,
+)
 
 MESSAGES = [
     cls
@@ -60,7 +72,7 @@ def test_the_contract_covers_the_endpoints_and_messages_of_the_brief():
         "applied",
     ]  # fmt: skip
     assert [f.name for f in dataclasses.fields(DesiredConfig)] == [
-        "config_id", "change_id", "mig", "mps", "time_slice", "persistence_mode", "safety",
+        "config_id", "change_id", "mig", "mps", "time_slice", "persistence_mode", "safety", "node_settings",
     ]  # fmt: skip
 
 
@@ -85,3 +97,73 @@ def test_unknown_keys_are_ignored_and_defaults_fill_in():
     assert desired.safety.busy_policy == "wait" and desired.safety.wait_seconds == 0
     assert desired.mig is None and desired.mps is None and desired.persistence_mode is None
     assert ErrorBody.from_dict({"message": "nope"}).errors == {}
+
+
+# --- QoS node settings ---------------------------------------------------------------------------------------------
+
+SERVER_NODE_SETTINGS = {  # the shape of QoSPolicy.node_settings(): only the fields the policy sets
+    "gpu": {"persistence_mode": True, "compute_mode": "exclusive_process", "power_limit_w": 450},
+    "host": {"transparent_hugepages": "never", "swappiness": 10},
+}
+
+
+def test_node_settings_travel_exactly_as_the_server_writes_them():
+    desired = DesiredConfig.from_dict({"config_id": "c", "change_id": 3, "node_settings": SERVER_NODE_SETTINGS})
+    assert desired.node_settings == NodeSettings(
+        GpuSettings(persistence_mode=True, compute_mode="exclusive_process", power_limit_w=450),
+        HostTuning(transparent_hugepages="never", swappiness=10),
+    )
+    assert desired.node_settings.gpu.gpu_clock_min_mhz is None  # not set: left alone
+    assert desired.to_dict()["node_settings"] == SERVER_NODE_SETTINGS  # nulls are left out, as the server does
+    assert DesiredConfig.from_dict(json.loads(json.dumps(desired.to_dict()))) == desired
+    applied = AppliedState("c", node_settings=desired.node_settings)
+    assert AppliedState.from_dict(applied.to_dict()) == applied
+    assert NodeSettings.from_dict({"gpu": {}, "host": {}}).to_dict() == {"gpu": {}, "host": {}}
+
+
+def test_without_node_settings_everything_reads_as_before():
+    assert DesiredConfig.from_dict({"config_id": "c", "change_id": None}).node_settings is None
+    assert DesiredConfig.from_dict({"config_id": "c", "change_id": None, "node_settings": None}).node_settings is None
+    assert AppliedState.from_dict({"config_id": "c"}).node_settings is None
+    assert DesiredConfig("c", None).to_dict()["node_settings"] is None
+
+
+def test_a_report_from_an_older_agent_has_no_clock_or_power_limit_fields():
+    gpu = {f.name: None for f in dataclasses.fields(GpuReport) if f.default is dataclasses.MISSING}
+    gpu.update(uuid="GPU-1", index=0, name="n", product="p", pci_bus_id="b", pci_device_id="d", memory_total_mib=1)
+    gpu.update(mig_capable=False, gpu_instances=[], mig_devices=[], processes=[])
+    parsed = GpuReport.from_dict(gpu)
+    assert (parsed.power_limit_w, parsed.graphics_clock_mhz, parsed.max_graphics_clock_mhz) == (None, None, None)
+
+
+def test_bad_node_settings_are_named():
+    with pytest.raises(ProtocolError, match=r"DesiredConfig.node_settings.gpu.compute_mode must be one of default"):
+        DesiredConfig.from_dict({"config_id": "c", "change_id": 1, "node_settings": {"gpu": {"compute_mode": "x"}}})
+    with pytest.raises(ProtocolError, match=r"node_settings.host.swappiness must be int, not '10'"):
+        DesiredConfig.from_dict({"config_id": "c", "change_id": 1, "node_settings": {"host": {"swappiness": "10"}}})
+
+
+def test_what_the_servers_qos_policy_produces_parses():
+    from sharing.models import QoSPolicy
+
+    policy = QoSPolicy(
+        name="p",
+        persistence_mode=True,
+        compute_mode="prohibited",
+        time_slice_interval="long",
+        mps_active_thread_percentage=50,
+        mps_pinned_memory_limit_mib=4096,
+        gpu_clock_min_mhz=1200,
+        gpu_clock_max_mhz=1800,
+        power_limit_w=400,
+        transparent_hugepages="madvise",
+        swappiness=1,
+        cpu_governor="performance",
+        dirty_ratio=15,
+        dirty_background_ratio=5,
+    )
+    full = NodeSettings.from_dict(policy.node_settings())
+    assert full.to_dict() == policy.node_settings()
+    assert all(value is not None for value in dataclasses.asdict(full.gpu).values())
+    assert all(value is not None for value in dataclasses.asdict(full.host).values())
+    assert NodeSettings.from_dict(QoSPolicy(name="empty").node_settings()) == NodeSettings()

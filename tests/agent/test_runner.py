@@ -7,7 +7,15 @@ import threading
 
 import pytest
 
-from agent.protocol import DesiredConfig, MpsSettings, SafetySettings, TimeSliceSettings
+from agent.protocol import (
+    DesiredConfig,
+    GpuSettings,
+    HostTuning,
+    MpsSettings,
+    NodeSettings,
+    SafetySettings,
+    TimeSliceSettings,
+)
 from agent.runner import (
     CREDENTIAL_FILE,
     EXIT_AUTH,
@@ -271,3 +279,160 @@ def test_a_dead_mps_daemon_is_started_again(fake_server, make_agent, make_backen
     make_agent(backend).cycle()
     assert fake_server.reports[-1].applied is None
     assert backend.sim.mps.running and [o.status for o in fake_server.outcomes] == ["succeeded", "succeeded"]
+
+
+# --- QoS node settings -----------------------------------------------------------------------------------------------
+
+POLICY = NodeSettings(
+    GpuSettings(persistence_mode=True, compute_mode="prohibited", gpu_clock_min_mhz=1200, power_limit_w=500),
+    HostTuning(transparent_hugepages="never", swappiness=10),
+)
+
+
+def test_a_config_with_node_settings_applies_them_and_the_outcome_lists_them(fake_server, make_agent, make_backend):
+    backend = make_backend()
+    agent = make_agent(backend)
+    fake_server.desired = DesiredConfig("cfg-qos", 21, mig=mig_settings(BALANCED), node_settings=POLICY)
+    agent.cycle()
+    outcome = fake_server.outcomes[-1]
+    assert (outcome.change_id, outcome.status) == (21, "succeeded")
+    assert outcome.message == (
+        "MIG config layout on GPU 0, 1; persistence mode on on GPU 0, 1; compute mode prohibited on GPU 0, 1; "
+        "GPU clocks locked to 1200-1980 MHz; power limit 500 W on GPU 0, 1; THP never (was madvise); "
+        "swappiness 10 (was 60)"
+    )
+    report = outcome.report
+    assert report.applied.node_settings == POLICY and report.applied.mig_selected == "layout"
+    assert {(g.compute_mode, g.persistence_mode, g.power_limit_w) for g in report.gpus} == {("prohibited", True, 500.0)}
+    assert all(g.graphics_clock_mhz >= 1200 for g in report.gpus)
+    assert (report.host.thp, report.host.swappiness) == ("never", 10)
+
+    # The policy changes alone: a new config; what the agent set and the policy dropped is undone.
+    lighter = NodeSettings(GpuSettings(persistence_mode=True), HostTuning(swappiness=10))
+    fake_server.desired = DesiredConfig("cfg-qos-2", 22, mig=mig_settings(BALANCED), node_settings=lighter)
+    agent.cycle()
+    outcome = fake_server.outcomes[-1]
+    assert (outcome.status, outcome.message) == (
+        "succeeded",
+        "compute mode default on GPU 0, 1; GPU clocks unlocked; power limit back to default on GPU 0, 1",
+    )
+    assert [gpu.locked_clocks for gpu in backend.sim.gpus] == [None, None]
+    assert outcome.report.applied.node_settings == lighter
+    assert outcome.report.host.thp == "never"  # host tuning the policy drops stays as it is
+
+
+def test_what_the_agent_set_is_remembered_across_a_restart(fake_server, make_agent, make_backend):
+    backend = make_backend()
+    fake_server.desired = DesiredConfig("cfg-a", 1, node_settings=NodeSettings(GpuSettings(gpu_clock_max_mhz=1500)))
+    make_agent(backend).cycle()
+    assert backend.sim.gpus[0].locked_clocks == (210, 1500)
+    fake_server.desired = DesiredConfig("cfg-b", 2)  # no QoS policy any more
+    make_agent(backend).cycle()  # a restarted agent still knows it locked the clocks
+    assert fake_server.outcomes[-1].message == "GPU clocks unlocked"
+    assert backend.sim.gpus[0].locked_clocks is None
+
+
+def test_the_policys_mps_limits_go_to_the_mps_daemon(fake_server, make_agent, make_backend):
+    backend = make_backend()
+    agent = make_agent(backend)
+    policy = NodeSettings(GpuSettings(mps_active_thread_percentage=30, mps_pinned_memory_limit_mib=8192))
+    fake_server.desired = DesiredConfig("cfg-mps", 1, mps=MpsSettings(replicas=4), node_settings=policy)
+    agent.cycle()
+    assert fake_server.outcomes[-1].message == (
+        "MPS for 4 clients per GPU (active threads 30 %, pinned memory 8192 MiB per GPU)"
+    )
+    mps = backend.sim.mps
+    assert (mps.running, mps.active_thread_percentage, mps.pinned_mem_limits) == (True, 30, {0: "8192M", 1: "8192M"})
+    assert fake_server.outcomes[-1].report.applied.mps == MpsSettings(4, 30, 8192)
+    assert {gpu.compute_mode for gpu in fake_server.outcomes[-1].report.gpus} == {"exclusive_process"}
+
+    fake_server.desired = DesiredConfig("cfg-mps-2", 2, mps=MpsSettings(replicas=4))  # the policy is detached
+    agent.cycle()
+    assert fake_server.outcomes[-1].message == "MPS stopped; MPS for 4 clients per GPU"
+    assert backend.sim.mps.active_thread_percentage == 25
+
+
+@pytest.mark.parametrize(
+    ("desired", "message"),
+    [
+        (
+            DesiredConfig("c", 1, mps=MpsSettings(2), node_settings=NodeSettings(GpuSettings(compute_mode="default"))),
+            "MPS needs compute mode exclusive_process (contracts §3.3); the QoS policy asks for default",
+        ),
+        (
+            DesiredConfig(
+                "c",
+                1,
+                time_slice=TimeSliceSettings("short"),
+                node_settings=NodeSettings(GpuSettings(compute_mode="prohibited")),
+            ),
+            "time-slicing shares each GPU between processes; compute mode prohibited does not allow that",
+        ),
+        (
+            DesiredConfig(
+                "c",
+                1,
+                time_slice=TimeSliceSettings("short"),
+                node_settings=NodeSettings(GpuSettings(time_slice_interval="long")),
+            ),
+            "the sharing config sets time slice short and the QoS policy long",
+        ),
+        (
+            DesiredConfig(
+                "c", 1, persistence_mode=True, node_settings=NodeSettings(GpuSettings(persistence_mode=False))
+            ),
+            "the sharing config turns persistence mode on and the QoS policy off",
+        ),
+        (
+            DesiredConfig("c", 1, node_settings=NodeSettings(GpuSettings(mps_active_thread_percentage=50))),
+            "the QoS policy sets MPS limits, but this config runs no MPS",
+        ),
+        (
+            DesiredConfig(
+                "c", 1, mig=mig_settings(BALANCED), node_settings=NodeSettings(GpuSettings(power_limit_w=5000))
+            ),
+            "GPU 0, 1: power limit 5000 W is outside this GPU's 210-700 W",
+        ),
+    ],
+)
+def test_contradicting_or_impossible_settings_fail_before_anything_changes(
+    fake_server, make_agent, make_backend, desired, message
+):
+    backend = make_backend()
+    fake_server.desired = desired
+    make_agent(backend).cycle()
+    outcome = fake_server.outcomes[-1]
+    assert outcome.status == "failed" and outcome.message.startswith(message)
+    assert [gpu.mig_current for gpu in backend.sim.gpus] == [False, False] and not backend.sim.mps.running
+
+
+def test_host_tuning_refused_for_lack_of_root_is_a_failed_outcome_not_a_crash(fake_server, make_agent, make_backend):
+    backend = make_backend()
+    backend.sim.host.writable = False
+    agent = make_agent(backend, once=True)
+    fake_server.desired = DesiredConfig("cfg-host", 5, node_settings=NodeSettings(host=HostTuning(swappiness=1)))
+    assert agent.run() == EXIT_OK
+    outcome = fake_server.outcomes[-1]
+    assert outcome.status == "failed"
+    assert outcome.message == (
+        "host tuning: cannot write /proc/sys/vm/swappiness: permission denied (the agent must run as root, privileged "
+        "in a container); nothing was changed"
+    )
+    assert outcome.report.applied is None and outcome.report.host.swappiness == 60
+
+
+def test_a_policy_time_slice_replaces_the_sharing_one_without_a_detour(fake_server, make_agent, make_backend):
+    backend = make_backend()
+    agent = make_agent(backend)
+    fake_server.desired = DesiredConfig("cfg-ts", 1, time_slice=TimeSliceSettings("short"))
+    agent.cycle()
+    backend.sim.tools.calls.clear()
+    policy = NodeSettings(GpuSettings(time_slice_interval="long"))
+    fake_server.desired = DesiredConfig("cfg-policy", 2, node_settings=policy)
+    agent.cycle()
+    assert fake_server.outcomes[-1].message == "time slice long"
+    assert {call[-1] for call in backend.sim.tools.calls} == {"3"}  # never back to 0 on the way
+    fake_server.desired = DesiredConfig("cfg-none", 3)
+    agent.cycle()
+    assert fake_server.outcomes[-1].message == "time slice back to default"
+    assert [gpu.time_slice for gpu in backend.sim.gpus] == [0, 0]
