@@ -13,6 +13,9 @@ urlpatterns = [
     path("nodes/", views.node_list, name="node_list"),
     path("nodes/<int:pk>/", views.node_detail, name="node_detail"),
     path("nodes/<int:pk>/state/", views.node_state, name="node_state"),
+    path("nodes/<int:pk>/agent/revoke/", views.node_agent_revoke, name="node_agent_revoke"),
     path("gpus/", views.gpu_list, name="gpu_list"),
     path("gpus/<int:pk>/", views.gpu_detail, name="gpu_detail"),
+    path("agents/tokens/", views.agent_token_list, name="agent_token_list"),
+    path("agents/tokens/<int:pk>/revoke/", views.agent_token_revoke, name="agent_token_revoke"),
 ]

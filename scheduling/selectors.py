@@ -7,10 +7,14 @@ from datetime import timedelta
 from django.db.models import Count
 from django.utils import timezone
 
-from fleet.models import Gpu, Node
+from fleet.choices import ClusterDriver
+from fleet.models import Gpu, Node, NodePool
 from scheduling import windows
 from scheduling.models import Schedule
 from sharing.models import NodePin, PoolSharing, QoSPolicy, SharingProfile
+from sharing.qos import check_pods, consistency_errors, flagged_share
+from sharing.selectors import pool_pod_views, profiles_under_pool_policy
+from sharing.services import kubelet_mismatches
 from sharing.spec import NodeConfig, node_config, node_validation_errors
 
 
@@ -251,3 +255,41 @@ def upcoming_transitions(*, hours: int = 48, now=None) -> list[ScheduledTransiti
     )
     counts = _unpinned_node_counts(s.pool_id for s in schedules)
     return _transitions(schedules, now, now + timedelta(hours=hours), counts)
+
+
+def qos_policy_impact(policy: QoSPolicy, pool: NodePool | None) -> dict | None:
+    """What `policy` would meet on `pool`, before it is attached: contradictions with the pool's profiles, the pods
+    its rules would flag, kubelets that run other policies, and whether agents enforce its node settings."""
+    if pool is None:
+        return None
+    state = pool_states([pool.pk])[pool.pk]
+    default = PoolSharing.objects.filter(pool=pool).only("qos_policy_id").first()
+    spec = policy.to_policy_spec()
+    profiles = {p.pk: p for p in [*([state.profile] if state.profile else []), *profiles_under_pool_policy(pool)]}
+    conflicts = [
+        {"profile": profile, "message": message}
+        for profile in profiles.values()
+        for messages in consistency_errors(spec, profile.mode).values()
+        for message in messages
+    ]
+    pods, gpus, nodes = pool_pod_views(pool)
+    try:
+        flagged, observed = flagged_share(policy.workload_rules(), pods, gpus)
+        violations = check_pods(policy.workload_rules(), pods, gpus)
+    except (KeyError, ValueError):  # a taint or QoS class that does not parse: its field already says why
+        flagged = observed = None
+        violations = []
+    return {
+        "pool": pool,
+        "state": state,
+        "conflicts": conflicts,
+        "flagged": flagged,
+        "observed": observed,
+        "violations": violations,
+        "mismatches": kubelet_mismatches(policy, nodes),
+        "expects_kubelet": bool(policy.topology_manager_policy or policy.cpu_manager_policy),
+        "nodes": len(nodes),
+        "agent_driven": pool.cluster.driver == ClusterDriver.AGENT,
+        "settings": policy.node_settings(),
+        "attached": policy.pk is not None and default is not None and default.qos_policy_id == policy.pk,
+    }

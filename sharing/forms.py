@@ -1,4 +1,5 @@
-"""Forms of the sharing pages: the profile editor (admin notation for MIG layouts), preview scope, assign and pin.
+"""Forms of the sharing pages: the profile editor (admin notation for MIG layouts), preview scope, assign and pin,
+the QoS policy editor and attaching a policy to a pool.
 
 They only read input into the shapes the services take; NVIDIA's rules are judged by `validate_spec` and the
 services, whose messages the views put back beside the fields.
@@ -11,9 +12,19 @@ from django.forms import formset_factory
 
 from fleet.choices import SharingMode
 from fleet.models import Node, NodePool
-from sharing.choices import BusyPolicy, MigStrategy, TimeSliceInterval
+from sharing.choices import (
+    BusyPolicy,
+    ComputeMode,
+    CpuGovernor,
+    CpuManagerPolicy,
+    MigStrategy,
+    RequiredQoS,
+    TimeSliceInterval,
+    TopologyManagerPolicy,
+    TransparentHugePages,
+)
 from sharing.mig import PRODUCTS, format_layout, parse_layout
-from sharing.models import SharingProfile
+from sharing.models import QoSPolicy, SharingProfile
 from sharing.spec import ALL_GPUS, ProfileSpec
 
 MIG_OFF_WORDS = ("off", "disabled", "all-disabled", "none")
@@ -329,3 +340,238 @@ class NodePinForm(forms.Form):
 
     profile = forms.ModelChoiceField(queryset=SharingProfile.objects.all(), label="Profile", empty_label="Choose…")
     reason = forms.CharField(max_length=300, required=False, label="Reason")
+
+
+# --- QoS policies ----------------------------------------------------------------------------------------------------
+
+LEAVE_AS_IS = ("", "Leave as is")
+
+
+def _choices(enum, blank=LEAVE_AS_IS):
+    return [blank, *enum.choices]
+
+
+def _number(label, *, unit="", help_text="", **kwargs):
+    field = forms.IntegerField(required=False, label=label, help_text=help_text, min_value=0, **kwargs)
+    field.unit = unit
+    return field
+
+
+class QoSPolicyForm(forms.Form):
+    """The QoS policy editor; `values()` gives the keyword arguments of qos_policy_create / qos_policy_update.
+
+    Only parses: the model's rules, the taint syntax and the clock bounds are judged by `qos_policy_check`, whose
+    messages the views put beside the fields (`unit` on a field is shown after its input)."""
+
+    name = forms.CharField(max_length=100)
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    # Workload rules
+    required_qos = forms.ChoiceField(
+        choices=RequiredQoS.choices,
+        initial=RequiredQoS.ANY,
+        label="Pod QoS class",
+        help_text="Kubernetes' class from CPU and memory requests/limits",
+    )
+    required_priority_class = forms.CharField(
+        required=False, max_length=253, label="Priority class", help_text="empty: any priority class"
+    )
+    max_pods_per_gpu = _number(
+        "Pods per GPU, at most", unit="pods", help_text="time-slicing or MPS replicas of one physical GPU"
+    )
+    exclusive_taint = forms.CharField(
+        required=False,
+        max_length=300,
+        label="Exclusive taint",
+        help_text="key=value:NoSchedule; every pod must tolerate it",
+        widget=forms.TextInput(attrs={"placeholder": "tessera.io/pool=inference:NoSchedule", "spellcheck": "false"}),
+    )
+    requires_memory_isolation = forms.BooleanField(required=False, label="Require memory isolation (MIG or whole GPUs)")
+    enforce_admission = forms.BooleanField(
+        required=False, label="Enforce QoS and priority at admission (ValidatingAdmissionPolicy)"
+    )
+    # GPU settings
+    persistence_mode = forms.TypedChoiceField(
+        choices=[LEAVE_AS_IS, ("on", "On"), ("off", "Off")],
+        coerce=lambda value: value == "on",
+        empty_value=None,
+        required=False,
+        label="Persistence mode",
+    )
+    compute_mode = forms.ChoiceField(choices=_choices(ComputeMode), required=False, label="Compute mode")
+    time_slice_interval = forms.ChoiceField(
+        choices=_choices(TimeSliceInterval), required=False, label="Time-slice length", help_text="whole GPUs only"
+    )
+    mps_active_thread_percentage = _number("MPS active threads", unit="%", help_text="1–100, MPS only", max_value=100)
+    mps_pinned_memory_limit_mib = _number("MPS pinned memory limit", unit="MiB", help_text="per GPU, MPS only")
+    gpu_clock_min_mhz = _number("Locked GPU clock, min", unit="MHz", help_text="give both bounds, or neither")
+    gpu_clock_max_mhz = _number("Locked GPU clock, max", unit="MHz")
+    power_limit_w = _number("Power limit", unit="W", help_text="per GPU, within the board's range")
+    # Host tuning
+    transparent_hugepages = forms.ChoiceField(
+        choices=_choices(TransparentHugePages), required=False, label="Transparent huge pages"
+    )
+    swappiness = _number("vm.swappiness", help_text="0–200", max_value=200)
+    cpu_governor = forms.ChoiceField(choices=_choices(CpuGovernor), required=False, label="CPU frequency governor")
+    dirty_ratio = _number("vm.dirty_ratio", unit="%", help_text="of memory", max_value=100)
+    dirty_background_ratio = _number("vm.dirty_background_ratio", unit="%", help_text="of memory", max_value=100)
+    # Kubelet expectations
+    topology_manager_policy = forms.ChoiceField(
+        choices=_choices(TopologyManagerPolicy, ("", "No expectation")), required=False, label="Topology manager policy"
+    )
+    cpu_manager_policy = forms.ChoiceField(
+        choices=_choices(CpuManagerPolicy, ("", "No expectation")), required=False, label="CPU manager policy"
+    )
+
+    SECTIONS = (
+        (
+            "Workload rules",
+            "Checked against the pods Tessera observes on the pool's nodes; the compliance page lists who breaks them.",
+            (
+                "required_qos",
+                "required_priority_class",
+                "max_pods_per_gpu",
+                "exclusive_taint",
+                "requires_memory_isolation",
+                "enforce_admission",
+            ),
+        ),
+        (
+            "GPU settings",
+            "Applied to every GPU of the pool's nodes by the Tessera agent; empty fields are left as they are.",
+            (
+                "persistence_mode",
+                "compute_mode",
+                "time_slice_interval",
+                "mps_active_thread_percentage",
+                "mps_pinned_memory_limit_mib",
+                "gpu_clock_min_mhz",
+                "gpu_clock_max_mhz",
+                "power_limit_w",
+            ),
+        ),
+        (
+            "Host tuning",
+            "Written to /sys and /proc by the Tessera agent; empty fields are left as they are.",
+            ("transparent_hugepages", "swappiness", "cpu_governor", "dirty_ratio", "dirty_background_ratio"),
+        ),
+        (
+            "Kubelet expectations",
+            "Compared with what each node's kubelet runs (read from its configz, never changed).",
+            ("topology_manager_policy", "cpu_manager_policy"),
+        ),
+    )
+    # Service error keys that are not form fields of the same name.
+    SERVICE_FIELDS = {"non_field_errors": "__all__", "qos_policy": "__all__"}
+
+    def __init__(self, *args, policy: QoSPolicy | None = None, **kwargs):
+        if policy is not None and not args and "initial" not in kwargs:
+            kwargs["initial"] = self.initial_from(policy)
+        super().__init__(*args, **kwargs)
+
+    @staticmethod
+    def initial_from(policy: QoSPolicy) -> dict:
+        initial = {name: getattr(policy, name) for name in QoSPolicyForm.base_fields}
+        if policy.persistence_mode is not None:
+            initial["persistence_mode"] = "on" if policy.persistence_mode else "off"
+        return initial
+
+    @classmethod
+    def setting_display(cls, policy: QoSPolicy, name: str) -> str:
+        """A policy's setting as an admin reads it, with its unit ("1980 MHz", "On"); "" when not set."""
+        value, field = getattr(policy, name), cls.base_fields[name]
+        if value in (None, ""):
+            return ""
+        if name == "persistence_mode":
+            return "On" if value else "Off"
+        if isinstance(value, bool):
+            return "Yes" if value else "No"
+        if getattr(field, "choices", None):
+            value = dict(field.choices).get(value, value)
+        unit = getattr(field, "unit", "")
+        return f"{value} {unit}" if unit else str(value)
+
+    WIDE_FIELDS = ("exclusive_taint",)
+
+    def sections(self):
+        """(title, help, [(bound field, is a checkbox, spans two columns)]) for the editor's fieldsets."""
+        for title, help_text, names in self.SECTIONS:
+            fields = [
+                (self[name], isinstance(self.fields[name], forms.BooleanField), name in self.WIDE_FIELDS)
+                for name in names
+            ]
+            yield title, help_text, fields
+
+    def values(self) -> dict:
+        """Keyword arguments for qos_policy_create / qos_policy_update, from the fields that parsed."""
+        data = getattr(self, "cleaned_data", {})
+        values = {}
+        for name, field in self.fields.items():
+            if name not in data:
+                continue
+            value = data[name]
+            if isinstance(field, forms.IntegerField | forms.TypedChoiceField):
+                value = None if value in (None, "") else value
+            values[name] = value
+        return values
+
+    def policy(self, instance: QoSPolicy | None = None) -> QoSPolicy:
+        """An unsaved QoSPolicy with what parsed (the edited one's id, so its own name is not a duplicate)."""
+        policy = QoSPolicy(**self.values())
+        if instance is not None:
+            policy.pk, policy._state.adding = instance.pk, False
+        return policy
+
+    def add_service_errors(self, errors: dict[str, list[str]]) -> None:
+        """Put the service's messages beside their fields; a field that failed to parse keeps its own message."""
+        for key, messages in errors.items():
+            name = self.SERVICE_FIELDS.get(key, key)
+            target = name if name in self.fields else None
+            if target is not None and target in self.errors:
+                continue
+            for message in messages:
+                self.add_error(target, message)
+
+    def field_errors(self, *, live: bool = False) -> dict[str, list[str]]:
+        """Messages per field ("__all__" for the policy as a whole); live leaves out "required" complaints."""
+
+        def messages(name):
+            if name not in self.errors:
+                return []
+            return [
+                message
+                for error in self.errors.as_data()[name]
+                if not (live and error.code == "required")
+                for message in error.messages
+            ]
+
+        return {name: messages(name) for name in [*self.fields, "__all__"]}
+
+
+class QoSCheckPoolForm(forms.Form):
+    """The editor's pool picker: which pool the impact panel measures the policy against."""
+
+    check_pool = forms.ModelChoiceField(
+        queryset=NodePool.objects.select_related("cluster").order_by("cluster__name", "name"),
+        required=False,
+        label="Measure against pool",
+        empty_label="Choose a pool…",
+        widget=forms.Select(attrs={"form": "qos-form"}),  # the select sits beside the editor, not inside it
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["check_pool"].label_from_instance = lambda pool: f"{pool.cluster.name} / {pool.name}"
+
+
+class QoSAttachForm(forms.Form):
+    """On a policy page: make it a pool's default QoS policy (or take it off the pool)."""
+
+    pool = forms.ModelChoiceField(
+        queryset=NodePool.objects.select_related("cluster").order_by("cluster__name", "name"),
+        label="Pool",
+        empty_label="Choose a pool…",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["pool"].label_from_instance = lambda pool: f"{pool.cluster.name} / {pool.name}"

@@ -3,11 +3,12 @@
 from collections import Counter
 from dataclasses import dataclass, field
 
-from django.db.models import Prefetch
+from django.db.models import Count, Prefetch
 
 from fleet.models import Gpu, Node, Pod
 from sharing.mig import UnknownProductError
-from sharing.models import SharingProfile
+from sharing.models import PoolSharing, SharingProfile
+from sharing.qos import PodView
 from sharing.spec import NodeConfig, allocatable, mig_mode_changes, node_config, node_validation_errors
 
 
@@ -112,3 +113,27 @@ def preview_summary(impacts: list[NodeImpact]) -> dict:
         "resetting": sum(1 for i in impacts if i.disruption == "gpu-reset"),
         "pods_losing": sum(len(i.pods_losing) for i in impacts),
     }
+
+
+def pool_pod_views(pool) -> tuple[list[PodView], dict[str, int], list[Node]]:
+    """The pool's observed GPU pods as the QoS rules read them, live GPUs per node name, and the live nodes."""
+    nodes = list(pool.nodes.live().only("pk", "name", "kubelet_config"))
+    gpus = dict(Gpu.objects.live().filter(node__in=nodes).values_list("node__name").annotate(n=Count("pk")))
+    pods = [
+        PodView(p.namespace, p.name, p.node.name, p.spec, p.gpu_resources, p.priority_class)
+        for p in Pod.objects.filter(node__in=nodes)
+        .select_related("node")
+        .only("namespace", "name", "spec", "gpu_resources", "priority_class", "node__name")
+    ]
+    return pods, gpus, nodes
+
+
+def profiles_under_pool_policy(pool) -> list[SharingProfile]:
+    """Profiles the pool's default QoS policy runs with: its default profile and every schedule window that has no
+    policy of its own (reverse relations, so sharing needs no import of scheduling)."""
+    default = PoolSharing.objects.filter(pool=pool).select_related("profile").first()
+    profiles = [default.profile] if default and default.profile else []
+    schedule = getattr(pool, "schedule", None)
+    if schedule is not None:
+        profiles += [w.profile for w in schedule.windows.filter(qos_policy__isnull=True).select_related("profile")]
+    return list({p.pk: p for p in profiles}.values())

@@ -4,14 +4,15 @@ from dataclasses import asdict
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Count, ProtectedError
+from django.db.models import ProtectedError
 from django.utils import timezone
 
 from core.audit import Actor, audit_record
 from core.exceptions import ApplicationError
-from fleet.models import Gpu, Node, NodePool, Pod
+from fleet.models import Gpu, Node, NodePool
 from sharing.models import NodePin, PoolSharing, QoSComplianceReport, QoSPolicy, SharingProfile
-from sharing.qos import PodView, check_pods, consistency_errors, parse_taint
+from sharing.qos import check_pods, consistency_errors, parse_taint
+from sharing.selectors import pool_pod_views, profiles_under_pool_policy
 from sharing.signals import desired_state_changed
 from sharing.spec import ProfileSpec, node_validation_errors, validate_spec
 
@@ -191,7 +192,9 @@ def qos_snapshot(policy: QoSPolicy) -> dict:
     return {f: getattr(policy, f) for f in QOS_FIELDS}
 
 
-def _check_qos(policy: QoSPolicy) -> None:
+def qos_policy_check(policy: QoSPolicy) -> dict[str, list[str]]:
+    """The policy's problems per field (model rules, taint syntax, clock bounds), saving nothing: the editor's live
+    check and the create/update services share it."""
     errors: dict[str, list[str]] = {}
     try:
         policy.full_clean()
@@ -207,6 +210,11 @@ def _check_qos(policy: QoSPolicy) -> None:
         errors.setdefault("gpu_clock_max_mhz", []).append("Give both the minimum and maximum locked clock, or neither.")
     elif low is not None and low > high:
         errors.setdefault("gpu_clock_max_mhz", []).append("The maximum clock must be at least the minimum.")
+    return errors
+
+
+def _check_qos(policy: QoSPolicy) -> None:
+    errors = qos_policy_check(policy)
     if errors:
         first = next(iter(errors.values()))[0]
         raise ApplicationError(f"The QoS policy is not valid: {first}", errors=errors)
@@ -272,12 +280,7 @@ def pool_set_qos_policy(*, actor: Actor, pool: NodePool, policy: QoSPolicy | Non
     """Make `policy` the pool's default QoS policy (None removes it), checked against the pool's profiles."""
     current = PoolSharing.objects.select_for_update().filter(pool=pool).first()
     if policy is not None:
-        profiles = [current.profile] if current and current.profile else []
-        # Windows without their own policy run with the pool's (reverse relation: no import of scheduling).
-        schedule = getattr(pool, "schedule", None)
-        if schedule is not None:
-            profiles += [w.profile for w in schedule.windows.filter(qos_policy__isnull=True).select_related("profile")]
-        _check_consistency(policy, profiles)
+        _check_consistency(policy, profiles_under_pool_policy(pool))
     before = {"qos_policy": current.qos_policy.name if current and current.qos_policy else None}
     sharing, _ = PoolSharing.objects.update_or_create(pool=pool, defaults={"qos_policy": policy})
     after = {"qos_policy": policy.name if policy else None}
@@ -293,14 +296,7 @@ def qos_compliance_record(*, pool: NodePool, policy: QoSPolicy | None, now=None)
     now = now or timezone.now()
     violations, mismatches, pods_checked = [], [], 0
     if policy is not None:
-        nodes = list(pool.nodes.live().only("pk", "name", "kubelet_config"))
-        gpus = dict(Gpu.objects.live().filter(node__in=nodes).values_list("node__name").annotate(n=Count("pk")))
-        pods = [
-            PodView(p.namespace, p.name, p.node.name, p.spec, p.gpu_resources, p.priority_class)
-            for p in Pod.objects.filter(node__in=nodes)
-            .select_related("node")
-            .only("namespace", "name", "spec", "gpu_resources", "priority_class", "node__name")
-        ]
+        pods, gpus, nodes = pool_pod_views(pool)
         pods_checked = len(pods)
         violations = [asdict(v) for v in check_pods(policy.workload_rules(), pods, gpus)]
         mismatches = kubelet_mismatches(policy, nodes)

@@ -58,7 +58,27 @@ function addFormsetRow(button) {
 function enhance(root) {
   root.querySelectorAll("form[data-mode-form]").forEach(applyModeVisibility);
   applyShowIf(root);
-  root.querySelectorAll("[data-formset-add]").forEach((button) => { button.hidden = false; });
+  root.querySelectorAll("[data-formset-add], [data-copy]").forEach((button) => { button.hidden = false; });
+  // Buttons for browsers without JavaScript (e.g. "Check" in the QoS editor, which live checks make redundant).
+  root.querySelectorAll("[data-nojs-only]").forEach((el) => { el.hidden = true; });
+}
+
+// Copy buttons: <button data-copy="element-id" hidden> copies that element's text (a command line, a token).
+async function copyText(button) {
+  const source = document.getElementById(button.dataset.copy);
+  if (!source) return;
+  const text = source.value !== undefined ? source.value : source.textContent;
+  try {
+    await navigator.clipboard.writeText(text.trim());
+    button.textContent = "Copied";
+  } catch {
+    const range = document.createRange();
+    range.selectNodeContents(source);
+    window.getSelection().removeAllRanges();
+    window.getSelection().addRange(range);
+    button.textContent = "Selected: press Ctrl+C";
+  }
+  setTimeout(() => { button.textContent = "Copy"; }, 2500);
 }
 
 document.addEventListener("DOMContentLoaded", () => enhance(document));
@@ -72,4 +92,6 @@ document.addEventListener("change", (event) => {
 document.addEventListener("click", (event) => {
   const button = event.target.closest("[data-formset-add]");
   if (button) addFormsetRow(button);
+  const copy = event.target.closest("[data-copy]");
+  if (copy) copyText(copy);
 });
