@@ -25,3 +25,40 @@ def test_compose_file_is_valid():
         env={"DJANGO_SECRET_KEY": "validation-only", "PATH": "/usr/bin:/bin"},
     )
     assert result.returncode == 0, result.stderr
+
+
+def _manifests():
+    import yaml
+
+    for path in sorted((ROOT / "deploy").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                yield path.name, doc
+
+
+def test_manifests_are_well_formed_and_run_one_beat():
+    docs = list(_manifests())
+    assert docs
+    for name, doc in docs:
+        assert {"apiVersion", "kind", "metadata"} <= set(doc), name
+        assert doc["metadata"].get("name"), name
+    deployments = {d["metadata"]["name"]: d for _, d in docs if d["kind"] == "Deployment"}
+    assert set(deployments) >= {"tessera-web", "tessera-worker", "tessera-beat", "tessera-watcher"}
+    assert deployments["tessera-beat"]["spec"]["replicas"] == 1
+
+
+def test_rbac_grants_what_the_kubernetes_driver_does():
+    rules = [r for _, d in _manifests() if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
+
+    def allowed(resource, verb):
+        return any(resource in r["resources"] and verb in r["verbs"] for r in rules)
+
+    for resource, verb in [
+        ("nodes", "patch"),
+        ("nodes", "watch"),
+        ("pods/eviction", "create"),
+        ("configmaps", "update"),
+        ("clusterpolicies", "patch"),
+        ("nodes/proxy", "get"),
+    ]:
+        assert allowed(resource, verb), (resource, verb)
