@@ -1,8 +1,22 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+def ensure_role_groups(**kwargs):
+    """The three role groups always exist after migrate (also after a test flush, which empties tables)."""
+    from django.contrib.auth.models import Group
+
+    from core.roles import ROLE_GROUPS
+
+    for role in ROLE_GROUPS:
+        Group.objects.get_or_create(name=role.group_name)
 
 
 class CoreConfig(AppConfig):
-    """Cross-cutting pieces: roles, API errors, tokens, health and metrics endpoints."""
+    """Cross-cutting pieces: roles, API errors, tokens, audit log, health and metrics endpoints."""
 
     name = "core"
     verbose_name = "Tessera core"
+
+    def ready(self):
+        post_migrate.connect(ensure_role_groups, sender=self)

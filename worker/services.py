@@ -488,14 +488,12 @@ def _fail(driver: Driver, changes: list[NodeChange], reason: str) -> None:
     failed = []
     for change in changes:
         failed += _claim([change], change.status, ChangeStatus.FAILED, error=reason)
-    rollback = [
-        c
-        for c in failed
-        if c.from_config.get("config_state") == "success" and c.from_config.get("device_plugin_config")
-    ]
+    # Only a config the node ran successfully is a rollback target; an empty plugin key means "no label" (the
+    # device plugin's default), which the driver restores by removing the label.
+    rollback = [c for c in failed if c.from_config.get("config_state") == "success"]
     if rollback:
         targets = [
-            NodeTarget(c.node.name, c.from_config.get("mig_config"), c.from_config["device_plugin_config"])
+            NodeTarget(c.node.name, c.from_config.get("mig_config"), c.from_config.get("device_plugin_config") or "")
             for c in rollback
         ]
         errors = driver.apply(targets)
@@ -509,6 +507,25 @@ def _fail(driver: Driver, changes: list[NodeChange], reason: str) -> None:
         NodeChange.objects.filter(pk__in=[c.pk for c in cordoned if c.node.name not in errors]).update(
             cordoned_by_tessera=False
         )
+
+
+def node_change_refused_busy(*, change_id: int, message: str, now=None) -> bool:
+    """A node agent refused to apply because processes held its GPUs, after waiting as the policy said.
+
+    A MIG change goes back to waiting_for_idle with its wait over, so the rollout's busy policy decides at the next
+    step from the processes the agent reported (skip, or fail and roll back); the engine checks nothing before other
+    changes, so the policy decides here. Returns whether the change moved.
+    """
+    now = now or timezone.now()
+    change = NodeChange.objects.select_related("node__cluster", "rollout").filter(pk=change_id).first()
+    if change is None or change.status not in (ChangeStatus.APPLYING, ChangeStatus.VERIFYING):
+        return False
+    if _needs_idle(change):
+        return bool(_claim([change], change.status, ChangeStatus.WAITING_FOR_IDLE, deadline=now, error=message))
+    if change.rollout.busy_policy == BusyPolicy.SKIP:
+        return bool(_claim([change], change.status, ChangeStatus.SKIPPED, error="skipped: " + message))
+    _fail(driver_for(change.node.cluster), [change], message)
+    return True
 
 
 # --- reading -------------------------------------------------------------------------------------------------------

@@ -1,3 +1,5 @@
+"""Kept for databases migrated before core.apps.ensure_role_groups (post_migrate) took this over."""
+
 from django.db import migrations
 
 ROLE_NAMES = ("viewer", "operator", "admin")

@@ -15,7 +15,8 @@ class DriverError(Exception):
 
 @dataclass(frozen=True)
 class NodeTarget:
-    """The configs a node should select: a mig-parted config name (None: leave MIG alone) and a plugin key."""
+    """The configs a node should select: a mig-parted config name (None: leave MIG alone) and a plugin key
+    ("": remove the selection, so the device plugin uses its default)."""
 
     node_name: str
     mig_config: str | None
