@@ -1,8 +1,11 @@
 """Admin for support: every fleet model, read-mostly; writes still go through the same models' validation."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
-from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
+from core.audit import Actor
+from core.exceptions import ApplicationError
+from fleet import agent_services
+from fleet.models import AgentCredential, AgentJoinToken, Cluster, Gpu, GpuEvent, MigDevice, Node, NodePool
 
 
 @admin.register(Cluster)
@@ -58,3 +61,72 @@ class MigDeviceAdmin(admin.ModelAdmin):
     list_filter = ("profile",)
     search_fields = ("uuid", "gpu__uuid", "gpu__node__name")
     raw_id_fields = ("gpu",)
+
+
+def _revoke_each(modeladmin, request, queryset, revoke) -> None:
+    """Revoke through the service (audit event per row); already revoked rows are reported, not an error."""
+    actor, done = Actor.for_user(request.user), 0
+    for row in queryset:
+        try:
+            revoke(actor, row)
+            done += 1
+        except ApplicationError as error:
+            modeladmin.message_user(request, error.message, messages.WARNING)
+    modeladmin.message_user(request, f"Revoked {done}.")
+
+
+@admin.register(AgentJoinToken)
+class AgentJoinTokenAdmin(admin.ModelAdmin):
+    """Created through the API (the token is shown once there); here listed and revoked."""
+
+    list_display = ("name", "cluster", "key_id", "uses", "max_uses", "expires_at", "revoked_at", "created_by")
+    list_filter = ("cluster",)
+    search_fields = ("name", "key_id")
+    list_select_related = ("cluster", "created_by")
+    readonly_fields = ("cluster", "key_id", "uses", "created_by", "created_at", "last_used_at", "revoked_at")
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.action(description="Revoke selected join tokens")
+    def revoke(self, request, queryset):
+        _revoke_each(
+            self, request, queryset, lambda actor, t: agent_services.agent_join_token_revoke(actor=actor, token=t)
+        )
+
+
+@admin.register(AgentCredential)
+class AgentCredentialAdmin(admin.ModelAdmin):
+    list_display = ("node", "key_id", "join_token", "created_at", "last_used_at", "revoked_at")
+    list_filter = ("node__cluster",)
+    search_fields = ("node__name", "key_id")
+    list_select_related = ("node", "join_token")
+    readonly_fields = ("node", "join_token", "key_id", "created_at", "last_used_at", "revoked_at")
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.action(description="Revoke selected agent credentials")
+    def revoke(self, request, queryset):
+        _revoke_each(
+            self, request, queryset, lambda actor, c: agent_services.agent_credential_revoke(actor=actor, credential=c)
+        )
+
+
+@admin.register(GpuEvent)
+class GpuEventAdmin(admin.ModelAdmin):
+    """Append-only: XID and ECC events as agents reported them."""
+
+    list_display = ("at", "gpu", "kind", "code", "message")
+    list_filter = ("kind", "code")
+    search_fields = ("gpu__uuid", "gpu__node__name")
+    list_select_related = ("gpu__node",)
+    raw_id_fields = ("gpu",)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

@@ -299,7 +299,9 @@ class AgentCredential(models.Model):
         ordering = ["-created_at", "-pk"]
         constraints = [
             models.UniqueConstraint(
-                fields=["node"], condition=Q(revoked_at__isnull=True), name="%(app_label)s_%(class)s_one_active_per_node"
+                fields=["node"],
+                condition=Q(revoked_at__isnull=True),
+                name="%(app_label)s_%(class)s_one_active_per_node",
             ),
         ]
 
@@ -330,9 +332,7 @@ class GpuEvent(models.Model):
         ordering = ["-at", "-pk"]
         constraints = [
             # An agent re-sends XID events whose report got no answer; the same event is stored once.
-            models.UniqueConstraint(
-                fields=["gpu", "kind", "code", "at"], name="%(app_label)s_%(class)s_once"
-            ),
+            models.UniqueConstraint(fields=["gpu", "kind", "code", "at"], name="%(app_label)s_%(class)s_once"),
         ]
         indexes = [models.Index(fields=["gpu", "-at"])]
 

@@ -7,6 +7,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.exceptions import ApplicationError
+from fleet.choices import ConnectionState
 from fleet.labels import parse_selector, selector_matches
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool, Pod
 from fleet.observations import GpuMetrics, MigDeviceObservation, NodeObservation, PodObservation
@@ -84,6 +85,41 @@ def cluster_update(*, cluster: Cluster, **values) -> Cluster:
         if key in values:
             setattr(cluster, key, values[key])
     return _save_validated(cluster)
+
+
+def cluster_record_contact(
+    cluster: Cluster, error: str | None = None, *, reached: bool | None = None, now=None
+) -> bool:
+    """Record how talking to a cluster went: `error` None is healthy; an error text (shown as is in the UI) marks
+    it failing. `reached` (default: no error) says the API answered, which moves `last_contact_at` even when a
+    health check fails. `last_error_at` is when the cluster started failing, so the page can say "since …".
+
+    One update of the changed fields that leaves `updated_at` alone (drivers cache their API client by it);
+    returns whether anything was written.
+    """
+    now = now or timezone.now()
+    reached = error is None if reached is None else reached
+    current = Cluster.objects.filter(pk=cluster.pk).values("connection_state", "last_error").first()
+    if current is None:
+        return False
+    values = {}
+    if reached:
+        values["last_contact_at"] = now
+    if error is None:
+        if current["connection_state"] != ConnectionState.OK or current["last_error"]:
+            values.update(connection_state=ConnectionState.OK, last_error="")
+    else:
+        error = error[:2000]
+        if current["connection_state"] != ConnectionState.ERROR:
+            values.update(connection_state=ConnectionState.ERROR, last_error=error, last_error_at=now)
+        elif current["last_error"] != error:
+            values["last_error"] = error
+    if not values:
+        return False
+    Cluster.objects.filter(pk=cluster.pk).update(**values)
+    for key, value in values.items():
+        setattr(cluster, key, value)
+    return True
 
 
 @transaction.atomic

@@ -1,10 +1,14 @@
-"""Real processes for integration tests: a Celery worker on a chosen broker, sharing the test database."""
+"""Real processes for integration tests: a Celery worker on a chosen broker and a gunicorn web server, sharing
+the test database."""
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -51,6 +55,55 @@ def celery_worker(var_dir: Path, broker_url: str, *, log_path: Path | None = Non
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        log.close()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def web_server(var_dir: Path, *, workers: int = 1, threads: int = 4, eager_tasks: bool = True, **extra_env):
+    """Serve Tessera with gunicorn on a free local port until the block ends; yields the base URL.
+
+    With `eager_tasks` the server runs the tasks it enqueues itself (no worker or broker needed).
+    """
+    port = free_port()
+    log_path = var_dir / f"web-{port}.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - closed below
+    cmd = [sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", f"127.0.0.1:{port}",
+           "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread",
+           "--graceful-timeout", "5", "--log-level", "warning"]  # fmt: skip
+    env = child_env(var_dir, "memory://", TESSERA_TEST_EAGER=str(eager_tasks).lower(), **extra_env)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"the web server exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(url + "/healthz", timeout=2):
+                    break
+            except (urllib.error.URLError, OSError):
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"the web server did not answer: {log_path.read_text()[-2000:]}") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        _stop(proc)
         log.close()
 
 

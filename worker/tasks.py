@@ -62,3 +62,65 @@ def qos_compliance_check(pool_id: int) -> int:
         return 0
     policy = pool_states([pool_id])[pool_id].qos_policy
     return qos_compliance_record(pool=pool, policy=policy).violation_count
+
+
+# --- Kubernetes inventory (the watch itself runs in `manage.py watch_clusters`) -------------------------------------
+
+INVENTORY_TICK_SECONDS = 30  # beat's period for both ticks below; a task older than one period is dropped
+
+
+def _kubernetes_cluster(cluster_id: int):
+    from fleet.models import Cluster
+
+    return Cluster.objects.filter(pk=cluster_id, driver="kubernetes").first()
+
+
+def _fan_out(task, expires: float) -> int:
+    from fleet.models import Cluster
+
+    ids = list(Cluster.objects.filter(driver="kubernetes").values_list("pk", flat=True))
+    for cluster_id in ids:
+        task.apply_async((cluster_id,), expires=expires)
+    return len(ids)
+
+
+@shared_task(soft_time_limit=20, time_limit=30, expires=30)
+def clusters_scrape_metrics() -> int:
+    """Beat's tick: one metrics scrape per Kubernetes cluster (expiring, so a backlog never piles up)."""
+    return _fan_out(cluster_scrape_metrics, INVENTORY_TICK_SECONDS)
+
+
+@shared_task(soft_time_limit=110, time_limit=120)
+def cluster_scrape_metrics(cluster_id: int) -> dict:
+    """GPUs, MIG devices and utilisation of one cluster from dcgm-exporter."""
+    from worker import sync
+
+    cluster = _kubernetes_cluster(cluster_id)
+    if cluster is None:
+        return {"gpus": 0}
+    result = sync.scrape_metrics(cluster)
+    return {"nodes": result.nodes, "gpus": result.gpus, "metrics": result.metrics_recorded}
+
+
+@shared_task(soft_time_limit=20, time_limit=30, expires=30)
+def clusters_sync_pods() -> int:
+    """Beat's tick: one GPU-pod sync per Kubernetes cluster."""
+    return _fan_out(cluster_sync_pods, INVENTORY_TICK_SECONDS)
+
+
+@shared_task(soft_time_limit=110, time_limit=120)
+def cluster_sync_pods(cluster_id: int) -> int:
+    """The GPU-holding pods of one cluster, per node (busy checks, impact previews, QoS rules)."""
+    from worker import sync
+
+    cluster = _kubernetes_cluster(cluster_id)
+    return sync.sync_pods(cluster) if cluster is not None else 0
+
+
+@shared_task(soft_time_limit=50, time_limit=60)
+def cluster_check_health(cluster_id: int) -> str:
+    """The cluster health check, stored on the cluster; returns the problem ('' when healthy)."""
+    from worker import sync
+
+    cluster = _kubernetes_cluster(cluster_id)
+    return (sync.cluster_health(cluster).problem or "") if cluster is not None else ""

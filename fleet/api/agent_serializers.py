@@ -1,0 +1,287 @@
+"""Agent endpoints and their admin: the wire messages of agent/protocol.py mirrored for the OpenAPI schema (bodies
+are decoded by the protocol's own codec, so there is one definition of the contract), and join tokens and agent
+credentials as admins see them."""
+
+import dataclasses
+import functools
+import types
+import typing
+from datetime import timedelta
+
+from django.utils import timezone
+from rest_framework import serializers
+
+from agent import protocol
+from core.api.fields import RefField
+from fleet.models import AgentCredential, AgentJoinToken, Cluster
+
+# --- the wire contract ------------------------------------------------------------------------------------------
+# Generated from the protocol's dataclasses and their type hints, so the schema cannot drift from the contract.
+
+TIME_SLICE_INTERVALS = list(typing.get_args(protocol.TimeSliceInterval))  # SPECTACULAR_SETTINGS names its enum
+
+
+def _field(hint, *, required: bool) -> serializers.Field:
+    kwargs: dict = {"required": required}
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        (hint,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        kwargs["allow_null"] = True
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return serializers.ChoiceField(choices=list(typing.get_args(hint)), **kwargs)
+    if origin is tuple:
+        return protocol_serializer(typing.get_args(hint)[0])(many=True, **kwargs)
+    if dataclasses.is_dataclass(hint):
+        return protocol_serializer(hint)(**kwargs)
+    if hint is dict or origin is dict:
+        return serializers.DictField(child=serializers.ListField(child=serializers.CharField()), **kwargs)
+    if hint is str:
+        return serializers.CharField(allow_blank=True, trim_whitespace=False, **kwargs)
+    return {int: serializers.IntegerField, float: serializers.FloatField, bool: serializers.BooleanField}[hint](
+        **kwargs
+    )
+
+
+@functools.cache
+def protocol_serializer(message: type) -> type[serializers.Serializer]:
+    """A serializer documenting one message of agent/protocol.py (component `Agent<Message>`); never used to parse:
+    bodies go through the protocol's own codec."""
+    hints = typing.get_type_hints(message)
+    attrs = {
+        f.name: _field(
+            hints[f.name], required=f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        )
+        for f in dataclasses.fields(message)
+    }
+    attrs["__doc__"] = message.__doc__ if message.__doc__ and not message.__doc__.startswith(message.__name__) else ""
+    attrs["__module__"] = __name__
+    name = "Agent" + ("Error" if message is protocol.ErrorBody else message.__name__) + "Serializer"
+    return type(name, (serializers.Serializer,), attrs)
+
+
+class _Invalid(Exception):
+    """A decoding failure on its way up: the path grows at each level, formatted once at the top."""
+
+    def __init__(self, problem: str, path: list[str] | None = None):
+        self.problem, self.path = problem, path or []
+
+
+def _primitive(tp: type):
+    name = tp.__name__
+    if tp is float:
+
+        def decode(value):
+            if type(value) is float:
+                return value
+            if type(value) is int:
+                return float(value)
+            raise _Invalid(f"must be float, not {value!r}")
+
+        return decode
+
+    def decode(value):
+        if type(value) is tp:
+            return value
+        raise _Invalid(f"must be {name}, not {value!r}")
+
+    return decode
+
+
+@functools.cache
+def _decoder(hint):
+    """A function decoding one JSON value into `hint`, exactly as agent/protocol.py's codec does."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        inner_decode = _decoder(inner)
+        if type(None) not in typing.get_args(hint):
+            return inner_decode
+        return lambda value: None if value is None else inner_decode(value)
+    if origin is typing.Literal:
+        allowed = typing.get_args(hint)
+        text = ", ".join(map(str, allowed))
+
+        def decode_literal(value):
+            if value not in allowed:
+                raise _Invalid(f"must be one of {text}, not {value!r}")
+            return value
+
+        return decode_literal
+    if origin is tuple:
+        item = _decoder(typing.get_args(hint)[0])
+
+        def decode_tuple(value):
+            if not isinstance(value, list):
+                raise _Invalid(f"must be a list, not {value!r}")
+            out = []
+            for i, element in enumerate(value):
+                try:
+                    out.append(item(element))
+                except _Invalid as error:
+                    error.path.insert(0, f"[{i}]")
+                    raise
+            return tuple(out)
+
+        return decode_tuple
+    if dataclasses.is_dataclass(hint):
+        return _dataclass_decoder(hint)
+    if hint is dict or origin is dict:
+
+        def decode_dict(value):
+            if not isinstance(value, dict):
+                raise _Invalid(f"must be an object, not {value!r}")
+            return dict(value)
+
+        return decode_dict
+    return _primitive(hint)
+
+
+def _exact_type(hint):
+    """(the plain JSON type a value of this hint may have as is, whether null is allowed)."""
+    nullable = False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        nullable = type(None) in typing.get_args(hint)
+        (hint,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+    return (hint if hint in (str, int, bool, float) else None), nullable
+
+
+def _dataclass_decoder(cls):
+    hints = typing.get_type_hints(cls)
+    fields = [
+        (
+            f.name,
+            *_exact_type(hints[f.name]),
+            _decoder(hints[f.name]),
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+        )
+        for f in dataclasses.fields(cls)
+    ]
+    defaults = {
+        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory
+        for f in dataclasses.fields(cls)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    }
+    factories = {f.name for f in dataclasses.fields(cls) if f.default_factory is not dataclasses.MISSING}
+    # The protocol's messages are plain frozen dataclasses: filling __dict__ is what their __init__ does, 5x faster.
+    plain = not hasattr(cls, "__post_init__") and not hasattr(cls, "__slots__")
+    missing = object()
+
+    def decode_dataclass(value):
+        if not isinstance(value, dict):
+            raise _Invalid(f"must be an object, not {value!r}")
+        kwargs = {}
+        for name, exact, nullable, decode, required in fields:
+            raw = value.get(name, missing)
+            # Most fields are plain values of their exact type or null: checked inline, no call.
+            if type(raw) is exact or (raw is None and nullable):
+                kwargs[name] = raw
+                continue
+            if raw is missing:
+                if required:
+                    raise _Invalid("is required", [f".{name}"])
+                default = defaults[name]
+                kwargs[name] = default() if name in factories else default
+                continue
+            try:
+                kwargs[name] = decode(raw)
+            except _Invalid as error:
+                error.path.insert(0, f".{name}")
+                raise
+        if plain:
+            instance = object.__new__(cls)
+            instance.__dict__.update(kwargs)
+            return instance
+        return cls(**kwargs)
+
+    return decode_dataclass
+
+
+def protocol_decode(message: type, data: object):
+    """`message.from_dict(data)` of agent/protocol.py, compiled once per message type (the report path's budget is
+    a fraction of a millisecond); the same values and the same ProtocolError texts."""
+    try:
+        return _decoder(message)(data)
+    except _Invalid as error:
+        raise protocol.ProtocolError(f"{message.__name__}{''.join(error.path)} {error.problem}") from None
+
+
+PROTOCOL_MIRRORS = {
+    name: protocol_serializer(message)
+    for name, message in vars(protocol).items()
+    if isinstance(message, type) and issubclass(message, protocol.Message) and message is not protocol.Message
+}
+
+
+# --- admin: join tokens and credentials ---------------------------------------------------------------------------
+
+
+class AgentJoinTokenSerializer(serializers.ModelSerializer):
+    """A join token without its secret (shown once, at creation)."""
+
+    cluster = RefField("cluster-detail", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    state = serializers.SerializerMethodField()
+
+    class Meta:
+        model = AgentJoinToken
+        fields = [
+            "id",
+            "cluster",
+            "name",
+            "description",
+            "key_id",
+            "expires_at",
+            "max_uses",
+            "uses",
+            "state",
+            "created_by",
+            "created_at",
+            "last_used_at",
+            "revoked_at",
+        ]
+        read_only_fields = fields
+
+    def get_state(self, token) -> str:
+        """active, revoked, expired or used_up."""
+        if token.revoked_at is not None:
+            return "revoked"
+        if token.expires_at <= timezone.now():
+            return "expired"
+        if token.max_uses is not None and token.uses >= token.max_uses:
+            return "used_up"
+        return "active"
+
+
+class AgentJoinTokenCreatedSerializer(AgentJoinTokenSerializer):
+    token = serializers.CharField(help_text="The join token; shown this once, never stored in plain.")
+
+    class Meta(AgentJoinTokenSerializer.Meta):
+        fields = [*AgentJoinTokenSerializer.Meta.fields, "token"]
+
+
+class AgentJoinTokenCreateSerializer(serializers.Serializer):
+    cluster = serializers.PrimaryKeyRelatedField(queryset=Cluster.objects.all())
+    name = serializers.CharField(max_length=100)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    expires_at = serializers.DateTimeField(required=False, help_text="Default: 24 hours from now.")
+    max_uses = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, help_text="Empty: any number of nodes until it expires."
+    )
+
+    def validate_expires_at(self, value):
+        if value > timezone.now() + timedelta(days=365):
+            raise serializers.ValidationError("A join token lives at most a year.")
+        return value
+
+
+class AgentCredentialSerializer(serializers.ModelSerializer):
+    """A node's agent credential: when it was issued and used, and whether it is revoked (never its secret)."""
+
+    node = RefField("node-detail", read_only=True)
+    join_token = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    active = serializers.BooleanField(source="is_active", read_only=True)
+
+    class Meta:
+        model = AgentCredential
+        fields = ["id", "node", "key_id", "join_token", "active", "created_at", "last_used_at", "revoked_at"]
+        read_only_fields = fields

@@ -1,0 +1,226 @@
+"""Node agent endpoints under /api/v1/agent/ (exactly agent/protocol.py), and their admin: join tokens, agent
+credentials, revoking a node's agent. Every agent endpoint acts on the node of the calling credential only."""
+
+import json
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ParseError
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.parsers import JSONParser
+from rest_framework.permissions import AllowAny
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agent.protocol import (
+    DesiredConfig,
+    ErrorBody,
+    Outcome,
+    ProtocolError,
+    RegisterRequest,
+    RegisterResponse,
+    Report,
+    ReportResponse,
+)
+from core.audit import Actor
+from core.exceptions import ApplicationError
+from core.roles import Role
+from fleet import agent_selectors, agent_services
+from fleet.api import agent_serializers as s
+from fleet.authentication import AgentCredentialAuthentication, AgentRateThrottle, AgentRegisterThrottle, IsAgent
+from fleet.models import AgentCredential, AgentJoinToken, Node
+
+AGENT_TAG = "agent"
+mirror = s.protocol_serializer
+ERROR = mirror(ErrorBody)
+ERRORS = {
+    401: OpenApiResponse(ERROR, description="Agent credential revoked or unknown."),
+    429: OpenApiResponse(ERROR, description="Throttled: retry later."),
+}
+INVALID = {400: OpenApiResponse(ERROR, description="The body breaks the protocol.")}
+
+
+def _decode(message_type, data):
+    """A protocol message from a request body, or the one error shape naming the field that breaks it."""
+    try:
+        return s.protocol_decode(message_type, data)
+    except ProtocolError as error:
+        where, _, problem = str(error).partition(" ")
+        field = where.partition(".")[2] or "non_field_errors"
+        raise ApplicationError(f"Invalid input: {field}: {problem}", errors={field: [problem]}) from None
+
+
+class AgentJSONParser(JSONParser):
+    """The body as one `json.loads` of its bytes (DRF's parser decodes through a stream reader, slower)."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        try:
+            return json.loads(stream.read() if stream is not None else b"null")
+        except ValueError as error:
+            raise ParseError(f"JSON parse error - {error}") from None
+
+
+class JSONOnly(BaseContentNegotiation):
+    """Agents speak JSON only: nothing to negotiate."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0]
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+class AgentView(APIView):
+    """Node credential only (no user sessions or tokens), throttled per credential, JSON only."""
+
+    authentication_classes = [AgentCredentialAuthentication]
+    permission_classes = [IsAgent]
+    throttle_classes = [AgentRateThrottle]
+    parser_classes = [AgentJSONParser]
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = JSONOnly
+
+
+class AgentRegisterView(AgentView):
+    """Trade the cluster's join token for this node's credential."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+    throttle_classes = [AgentRegisterThrottle]
+
+    @extend_schema(
+        tags=[AGENT_TAG],
+        auth=[],
+        request=mirror(RegisterRequest),
+        responses={
+            201: mirror(RegisterResponse),
+            **INVALID,
+            403: OpenApiResponse(ERROR, description="Join token unknown, expired, revoked, used up."),
+            429: ERRORS[429],
+        },
+    )
+    def post(self, request):
+        message = _decode(RegisterRequest, request.data)
+        registration = agent_services.agent_register(
+            join_token=message.join_token, hostname=message.hostname, agent_version=message.agent_version
+        )
+        answer = RegisterResponse(
+            node_id=registration.node.pk,
+            node_name=registration.node.name,
+            credential=registration.credential,
+            interval_seconds=registration.interval_seconds,
+        )
+        return Response(answer.to_dict(), status=status.HTTP_201_CREATED)
+
+
+class AgentReportView(AgentView):
+    """Inventory and metrics of the caller's node; answers with the config id the node should run."""
+
+    @extend_schema(
+        tags=[AGENT_TAG],
+        request=mirror(Report),
+        responses={
+            200: mirror(ReportResponse),
+            **INVALID,
+            **ERRORS,
+            403: OpenApiResponse(ERROR, description="The report names another node."),
+        },
+    )
+    def post(self, request):
+        report = _decode(Report, request.data)
+        desired = agent_services.agent_report_record(node=request.auth.node, report=report)
+        return Response({"desired_config_id": desired})
+
+
+class AgentDesiredView(AgentView):
+    """The config the caller's node should run (a rollout's change, or what it runs already)."""
+
+    @extend_schema(
+        tags=[AGENT_TAG],
+        responses={
+            200: mirror(DesiredConfig),
+            404: OpenApiResponse(ERROR, description="Nothing to apply."),
+            **ERRORS,
+        },
+    )
+    def get(self, request):
+        desired = agent_selectors.agent_desired_config(request.auth.node)
+        if desired is None:
+            raise ApplicationError("Nothing to apply: no rollout is changing this node.", status=404)
+        return Response(desired.to_dict())
+
+
+class AgentOutcomeView(AgentView):
+    """How applying a desired config went, with a fresh report; repeats are accepted and change nothing."""
+
+    @extend_schema(
+        tags=[AGENT_TAG],
+        request=mirror(Outcome),
+        responses={200: OpenApiResponse(description="Recorded: an empty object."), **INVALID, **ERRORS},
+    )
+    def post(self, request):
+        outcome = _decode(Outcome, request.data)
+        agent_services.agent_outcome_record(node=request.auth.node, outcome=outcome)
+        return Response({})
+
+
+# --- admin -----------------------------------------------------------------------------------------------------
+
+
+class AgentJoinTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Join tokens of agent clusters (admins only); the token itself is in the create response, and only there."""
+
+    queryset = AgentJoinToken.objects.select_related("cluster", "created_by").order_by("-created_at", "-pk")
+    serializer_class = s.AgentJoinTokenSerializer
+    action_roles = {"list": Role.ADMIN, "retrieve": Role.ADMIN}
+    filterset_fields = ["cluster"]
+
+    @extend_schema(request=s.AgentJoinTokenCreateSerializer, responses={201: s.AgentJoinTokenCreatedSerializer})
+    def create(self, request):
+        serializer = s.AgentJoinTokenCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        token, plain = agent_services.agent_join_token_create(
+            actor=Actor.from_request(request), **serializer.validated_data
+        )
+        token = self.get_queryset().get(pk=token.pk)
+        return Response({**self.get_serializer(token).data, "token": plain}, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=s.AgentJoinTokenSerializer)
+    @action(detail=True, methods=["post"])
+    def revoke(self, request, pk=None):
+        """Refuse further registrations; registered nodes keep their credentials."""
+        token = agent_services.agent_join_token_revoke(actor=Actor.from_request(request), token=self.get_object())
+        return Response(self.get_serializer(token).data)
+
+
+class AgentCredentialViewSet(viewsets.ReadOnlyModelViewSet):
+    """Node agent credentials (admins only): issued at registration, revoked here or by re-registering."""
+
+    queryset = AgentCredential.objects.select_related("node", "join_token").order_by("-created_at", "-pk")
+    serializer_class = s.AgentCredentialSerializer
+    action_roles = {"list": Role.ADMIN, "retrieve": Role.ADMIN}
+    filterset_fields = ["node"]
+
+    @extend_schema(request=None, responses=s.AgentCredentialSerializer)
+    @action(detail=True, methods=["post"])
+    def revoke(self, request, pk=None):
+        """Revoke: the agent's next call gets 401 and it stops (exit 3) until it registers again."""
+        credential = agent_services.agent_credential_revoke(
+            actor=Actor.from_request(request), credential=self.get_object()
+        )
+        return Response(self.get_serializer(credential).data)
+
+
+class NodeAgentRevokeView(APIView):
+    """Revoke the node's active agent credential (admins): its agent stops at its next call."""
+
+    queryset = Node.objects.all()
+
+    @extend_schema(tags=["nodes"], request=None, responses=s.AgentCredentialSerializer)
+    def post(self, request, pk):
+        node = get_object_or_404(Node, pk=pk)
+        credential = agent_services.node_agent_revoke(actor=Actor.from_request(request), node=node)
+        return Response(s.AgentCredentialSerializer(credential, context={"request": request}).data)

@@ -1,0 +1,124 @@
+"""End to end: a real Tessera server (gunicorn) and the real agent process (`python -m agent --simulate`).
+
+The agent registers with a join token, reports its GPUs, applies the MIG layout a rollout gives it and the change
+is verified from what it reports; stopped, its node goes stale; a credential used by another node is refused, and
+after revocation the agent exits with code 3 and the server's message.
+"""
+
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.audit import Actor
+from fleet import agent_services
+from fleet.models import Gpu, MigDevice, Node
+from sharing import services as sharing_services
+from sharing.mig import get_product
+from tests.factories import ClusterFactory, NodePoolFactory, UserFactory
+from tests.processes import ROOT, child_env, wait_until, web_server
+from worker import reconcile
+from worker.choices import ChangeStatus
+from worker.models import NodeChange, Rollout
+
+pytestmark = [
+    pytest.mark.services,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.filterwarnings("ignore::celery.exceptions.AlwaysEagerIgnored"),
+]
+H100 = "NVIDIA-H100-80GB-HBM3"
+SEED = 7
+HOSTNAME = f"sim-node-{SEED}"  # the simulated host's name for this seed
+
+
+def _agent(url: str, state_dir: Path, tmp_path: Path, *extra: str, join_token: str = "", name: str = "agent"):
+    """Start `python -m agent --simulate` (2 idle H100s, one report a second); the join token goes by environment."""
+    log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115 - closed by _finish
+    cmd = [sys.executable, "-m", "agent", "--server", url, "--simulate", "--seed", str(SEED), "--gpus", "2",
+           "--no-workload", "--interval", "1", "--state-dir", str(state_dir), *extra]  # fmt: skip
+    env = child_env(tmp_path, "memory://", TESSERA_JOIN_TOKEN=join_token)
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log
+
+
+def _finish(proc, log, *, timeout: float = 20) -> int:
+    try:
+        return proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def test_agent_registers_applies_a_rollout_goes_stale_and_is_revoked(tmp_path, settings):
+    settings.TESSERA = {**settings.TESSERA, "AGENT_INTERVAL_SECONDS": 1}  # stale after 3 missed seconds
+    admin = UserFactory(username="admin", role="admin")
+    actor = Actor.for_user(admin)
+    cluster = ClusterFactory(name="lab", driver="agent", kubeconfig_path="")
+    _, join_token = agent_services.agent_join_token_create(actor=actor, cluster=cluster, name="lab")
+    state_dir = tmp_path / "state"
+
+    with web_server(tmp_path, TESSERA_AGENT_INTERVAL_SECONDS="1") as url:
+        proc, log = _agent(url, state_dir, tmp_path, join_token=join_token)
+        try:
+            node = wait_until(
+                lambda: Node.objects.filter(cluster=cluster, name=HOSTNAME, last_seen_at__isnull=False).first(),
+                timeout=20,
+                message="the agent to register and report",
+            )
+            assert Gpu.objects.filter(node=node).count() == 2
+            assert (state_dir / "credential.json").stat().st_mode & 0o777 == 0o600
+
+            # A MIG layout for the node's pool, rolled out by the engine (eager tasks, here and in the server).
+            pool = NodePoolFactory(cluster=cluster, name="inference")
+            Node.objects.filter(pk=node.pk).update(pool=pool)
+            profile = sharing_services.profile_create(
+                actor=actor, name="mig-3g", mode="mig", target_products=[H100], mig_layouts={"all": {"3g.40gb": 2}}
+            )
+            sharing_services.pool_set_profile(actor=actor, pool=pool, profile=profile)  # runs a reconcile tick
+            rollout_id = Rollout.objects.get(pool=pool).pk
+            change = wait_until(
+                lambda: NodeChange.objects.filter(rollout_id=rollout_id, status=ChangeStatus.SUCCEEDED).first(),
+                timeout=30,
+                message="the agent to apply the MIG layout and the change to be verified",
+            )
+            assert Rollout.objects.get(pk=rollout_id).status == "succeeded"
+            node.refresh_from_db()
+            assert node.observed_mig_config == change.to_config["mig_config"] and node.config_state == "success"
+            assert node.allocatable == change.to_config["allocatable"] == {"nvidia.com/mig-3g.40gb": 4}
+            profile_3g = get_product(H100).mig_profile("3g.40gb")
+            for gpu in Gpu.objects.filter(node=node):
+                assert gpu.mig_enabled
+                placed = list(
+                    MigDevice.objects.filter(gpu=gpu).order_by("start").values_list("profile", "start", "size")
+                )
+                assert placed == [("3g.40gb", start, profile_3g.memory_slices) for start in (0, 4)]
+                assert all(
+                    uuid.startswith("MIG-") for uuid in MigDevice.objects.filter(gpu=gpu).values_list("uuid", flat=True)
+                )
+            assert reconcile.reconcile() == []  # in sync: nothing more to do
+
+            # Node A's credential in another node's hands is refused: it can only report for node A.
+            other_state = tmp_path / "other"
+            other_state.mkdir(mode=0o700)
+            shutil.copy(state_dir / "credential.json", other_state / "credential.json")
+            other, other_log = _agent(url, other_state, tmp_path, "--hostname", "intruder", "--once", name="other")
+            assert _finish(other, other_log) == 3
+            assert f"belongs to node {HOSTNAME}" in (tmp_path / "other.log").read_text()
+            assert not Node.objects.filter(name="intruder").exists()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert _finish(proc, log) == 0
+
+        wait_until(lambda: Node.objects.stale().filter(pk=node.pk).exists(), timeout=10, message="the node to go stale")
+        assert not reconcile.reconcilable_nodes().filter(pk=node.pk).exists()
+
+        agent_services.node_agent_revoke(actor=actor, node=node)
+        proc, log = _agent(url, state_dir, tmp_path, name="revoked")
+        assert _finish(proc, log) == 3
+        output = (tmp_path / "revoked.log").read_text()
+        assert "the server refused the agent credential: Agent credential revoked or unknown." in output
+        assert join_token not in output
