@@ -1,5 +1,6 @@
 """The one answer to "which profile should this node have": its pin, else its pool's schedule, else the pool default."""
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
@@ -8,11 +9,12 @@ from django.db.models import Count
 from django.utils import timezone
 
 from fleet.choices import ClusterDriver
-from fleet.models import Gpu, Node, NodePool
+from fleet.models import Cluster, Gpu, Node, NodePool
 from scheduling import windows
 from scheduling.models import Schedule
 from sharing.models import NodePin, PoolSharing, QoSPolicy, SharingProfile
 from sharing.qos import check_pods, consistency_errors, flagged_share
+from sharing.render import content_name
 from sharing.selectors import pool_pod_views, profiles_under_pool_policy
 from sharing.services import kubelet_mismatches
 from sharing.spec import NodeConfig, node_config, node_validation_errors
@@ -113,6 +115,9 @@ class DesiredVsObserved:
     in_sync: bool | None
     problems: tuple[str, ...] = ()
     config: NodeConfig | None = None
+    # Agent nodes also get the QoS policy's GPU settings and host tuning, part of what their config id names.
+    node_settings: dict | None = None
+    config_id: str | None = None
 
 
 def gpu_shapes(node_ids) -> dict[int, tuple[tuple[int, str], ...]]:
@@ -131,6 +136,11 @@ def desired_vs_observed(nodes, *, at=None) -> list[DesiredVsObserved]:
     nodes = list(nodes)
     states = desired_states(nodes, at=at)
     shapes = gpu_shapes(n.pk for n in nodes)
+    agent_clusters = set(
+        Cluster.objects.filter(pk__in={n.cluster_id for n in nodes}, driver=ClusterDriver.AGENT).values_list(
+            "pk", flat=True
+        )
+    )
     rendered: dict[tuple, tuple[NodeConfig | None, tuple[str, ...]]] = {}
     rows = []
     for node in nodes:
@@ -144,13 +154,19 @@ def desired_vs_observed(nodes, *, at=None) -> list[DesiredVsObserved]:
                 errors = tuple(node_validation_errors(spec, gpus))
                 rendered[key] = (None if errors else node_config(spec, gpus), errors)
             config, problems = rendered[key]
-        in_sync = None
+        in_sync, settings, config_id = None, None, config.config_id if config else None
         if config is not None:
             in_sync = (
                 config.mig_config_name in (None, node.observed_mig_config)
                 and config.device_plugin_key == node.observed_device_plugin_config
                 and node.config_state == "success"
             )
+            if node.cluster_id in agent_clusters:
+                settings = state.qos_policy.node_settings() if state.qos_policy else None
+                if settings and (settings["gpu"] or settings["host"]):
+                    config_id = content_name("tessera-", f"{config.config_id}\n{json.dumps(settings, sort_keys=True)}")
+                # The agent names what it applied; before its first apply only settings-free configs can match.
+                in_sync = in_sync and (node.agent_config_id or config.config_id) == config_id
         elif state.profile is not None:
             in_sync = False
         rows.append(
@@ -169,6 +185,8 @@ def desired_vs_observed(nodes, *, at=None) -> list[DesiredVsObserved]:
                 in_sync=in_sync,
                 problems=problems,
                 config=config,
+                node_settings=settings,
+                config_id=config_id,
             )
         )
     return rows

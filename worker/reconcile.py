@@ -22,7 +22,7 @@ def to_config(row: DesiredVsObserved) -> dict:
     config = row.config
     spec = row.profile.to_spec()
     return {
-        "config_id": config.config_id,
+        "config_id": row.config_id,
         "profile": row.profile.name,
         "mig_config": config.mig_config_name,
         "mig_parted": config.mig_parted_text,
@@ -37,6 +37,7 @@ def to_config(row: DesiredVsObserved) -> dict:
             "mps_pinned_memory_limit_mib": spec.mps_pinned_memory_limit_mib,
             "time_slice_interval": spec.time_slice_interval,
         },
+        "node_settings": row.node_settings,
     }
 
 

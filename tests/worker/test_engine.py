@@ -224,3 +224,23 @@ def test_stale_and_not_ready_nodes_are_not_planned(fleet):
     (rollout_id,) = reconcile.reconcile()
     names = set(NodeChange.objects.filter(rollout_id=rollout_id).values_list("node__name", flat=True))
     assert names == {"n2", "n3", "n4"}
+
+
+def test_qos_node_settings_reach_agent_nodes_and_drive_drift(fleet, admin_user):
+    cluster, pool, profile = fleet
+    actor = Actor.for_user(admin_user)
+    (first,) = reconcile.reconcile()
+    _run(Rollout.objects.get(pk=first), cluster)
+    plain_id = NodeChange.objects.filter(rollout_id=first).first().to_config["config_id"]
+    Node.objects.update(agent_config_id=plain_id)  # what the agents report having applied
+    assert reconcile.reconcile() == []
+
+    policy = sharing_services.qos_policy_create(actor=actor, name="training", transparent_hugepages="always")
+    sharing_services.pool_set_qos_policy(actor=actor, pool=pool, policy=policy)
+    (second,) = reconcile.reconcile()
+    to = NodeChange.objects.filter(rollout_id=second).first().to_config
+    assert to["node_settings"] == {"gpu": {}, "host": {"transparent_hugepages": "always"}}
+    assert (
+        to["config_id"] != plain_id
+        and to["mig_config"] == NodeChange.objects.filter(rollout_id=first).first().to_config["mig_config"]
+    )
