@@ -131,16 +131,22 @@ def gpu_shapes(node_ids) -> dict[int, tuple[tuple[int, str], ...]]:
     return {node_id: tuple(sorted(gpus)) for node_id, gpus in shapes.items()}
 
 
+def _agent_cluster_ids(nodes) -> set[int]:
+    """Clusters of these nodes that use the agent driver; no query when the nodes carry their cluster already."""
+    cached = Node._meta.get_field("cluster")
+    drivers = {n.cluster_id: n.cluster.driver for n in nodes if cached.is_cached(n)}
+    missing = {n.cluster_id for n in nodes} - set(drivers)
+    if missing:
+        drivers.update(Cluster.objects.filter(pk__in=missing).values_list("pk", "driver"))
+    return {pk for pk, driver in drivers.items() if driver == ClusterDriver.AGENT}
+
+
 def desired_vs_observed(nodes, *, at=None) -> list[DesiredVsObserved]:
     """Desired against observed for each node; configs are rendered once per (profile, GPU shape)."""
     nodes = list(nodes)
     states = desired_states(nodes, at=at)
     shapes = gpu_shapes(n.pk for n in nodes)
-    agent_clusters = set(
-        Cluster.objects.filter(pk__in={n.cluster_id for n in nodes}, driver=ClusterDriver.AGENT).values_list(
-            "pk", flat=True
-        )
-    )
+    agent_clusters = _agent_cluster_ids(nodes)
     rendered: dict[tuple, tuple[NodeConfig | None, tuple[str, ...]]] = {}
     rows = []
     for node in nodes:
