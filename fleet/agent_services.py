@@ -3,7 +3,7 @@
 A secret reads `<prefix>_<key id>_<secret>`: the key id finds the row, the SHA-256 of the secret is compared in
 constant time. Neither join tokens nor credentials are stored, logged or shown again after they are created.
 
-Kept apart from fleet/services.py (which would pass 800 lines with it); these services write fleet rows through
+Kept apart from fleet/services.py (458 lines, past 1,300 with these); they write fleet rows through
 `inventory_record` like every other source of observations.
 """
 
@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import F, Q
+from django.db.models.base import ModelState
 from django.utils import timezone
 
 from agent.protocol import AppliedState, GpuReport, Outcome, Report
@@ -232,13 +233,14 @@ def agent_register(*, join_token: str, hostname: str, agent_version: str, now=No
 
 
 def agent_credential_authenticate(*, credential: str, now=None) -> AgentCredential | None:
-    """The active credential this bearer secret belongs to, with its node (the fields the agent services read;
-    others load on access), or None."""
+    """The active credential this bearer secret belongs to, or None. It comes with its node (the fields the agent
+    services read; others load on access) and `serving_change`: (pk, config id) of the change the node should
+    apply now, or None, read by the same statement (`agent_report_record` takes it)."""
     parts = _split(credential, CREDENTIAL_PREFIX)
     row = _credential_row(parts[0]) if parts is not None else None
     if not _matches(parts[1] if parts else "", row[0].secret_hash if row else _NO_HASH) or row is None:
         return None
-    found, node = row
+    found, node, found.serving_change = row
     found.node = node
     now = now or timezone.now()
     if found.last_used_at is None or (now - found.last_used_at).total_seconds() > CREDENTIAL_TOUCH_SECONDS:
@@ -303,9 +305,14 @@ def _hot_attnames(model, names: tuple[str, ...]) -> list[str]:
 def _credential_sql(vendor: str) -> str:
     columns = [f"c.{_q(f.column)}" for f in _hot_fields(AgentCredential, _CREDENTIAL_HOT)]
     columns += [f"n.{_q(f.column)}" for f in _hot_fields(Node, _NODE_HOT)]
+    changes = NodeChange._meta
+    columns += [f"s.{_q('id')}", f"s.{_q(changes.get_field('to_config').column)}"]
     return (
         f"SELECT {', '.join(columns)} FROM {_q(AgentCredential._meta.db_table)} c "
         f"INNER JOIN {_q(Node._meta.db_table)} n ON n.{_q('id')} = c.{_q('node_id')} "
+        # At most one: a node has one active change (a constraint), and only that one can be serving.
+        f"LEFT OUTER JOIN {_q(changes.db_table)} s ON s.{_q(changes.get_field('node').column)} = n.{_q('id')} "
+        f"AND s.{_q('status')} IN (%s, %s) "
         f"WHERE c.{_q('key_id')} = %s AND c.{_q('revoked_at')} IS NULL"
     ).replace("%s", "?" if vendor == "sqlite" else "%s")
 
@@ -330,16 +337,32 @@ def _fetchone(sql: str, params: Sequence) -> tuple | None:
         cursor.close()
 
 
-def _credential_row(key_id: str) -> tuple[AgentCredential, Node] | None:
+def _credential_row(key_id: str) -> tuple[AgentCredential, Node, tuple[int, str] | None] | None:
     db = connections[DEFAULT_DB_ALIAS]
-    row = _fetchone(_credential_sql(db.vendor), [key_id])
+    row = _fetchone(_credential_sql(db.vendor), [*SERVING_STATUSES, key_id])
     if row is None:
         return None
-    values = [_aware(value) for value in row]
+    *values, change_id, to_config = row
     split = len(_hot_fields(AgentCredential, _CREDENTIAL_HOT))
-    credential = AgentCredential.from_db(db.alias, _hot_attnames(AgentCredential, _CREDENTIAL_HOT), values[:split])
-    node = Node.from_db(db.alias, _hot_attnames(Node, _NODE_HOT), values[split:])
-    return credential, node
+    credential = _loaded(AgentCredential, _CREDENTIAL_HOT, values[:split], db.alias)
+    node = _loaded(Node, _NODE_HOT, values[split:], db.alias)
+    return credential, node, _serving(db, change_id, to_config)
+
+
+def _loaded(model, names: tuple[str, ...], values, alias: str):
+    """An instance as Model.from_db makes it with the other fields deferred (they load on access), without running
+    __init__ over every field of the model: these models have no init signal receivers. Datetimes made aware."""
+    instance = model.__new__(model)
+    instance.__dict__.update(zip(_hot_attnames(model, names), map(_aware, values), strict=True))
+    instance._state = ModelState()
+    instance._state.adding, instance._state.db = False, alias
+    return instance
+
+
+def _serving(db, change_id: int | None, to_config) -> tuple[int, str] | None:
+    if change_id is None:
+        return None
+    return change_id, NodeChange._meta.get_field("to_config").from_db_value(to_config, None, db).get("config_id")
 
 
 @functools.cache
@@ -355,10 +378,7 @@ def _serving_change(node_id: int) -> tuple[int, str] | None:
     """(pk, config id) of the node's change an agent should apply now, or None."""
     db = connections[DEFAULT_DB_ALIAS]
     row = _fetchone(_serving_sql(db.vendor), [node_id, *SERVING_STATUSES])
-    if row is None:
-        return None
-    to_config = NodeChange._meta.get_field("to_config").from_db_value(row[1], None, db)
-    return row[0], to_config.get("config_id")
+    return _serving(db, *row) if row else None
 
 
 @functools.cache
@@ -436,7 +456,7 @@ class _ReportBuffer:
             time.sleep(interval)
             try:
                 self.flush()
-            except Exception:  # a lost flush is a few seconds of metrics; the loop must go on
+            except Exception:  # a lost flush is one interval of metrics; the loop must go on
                 log.exception("writing buffered agent reports failed")
                 connection.close()
 
@@ -630,17 +650,21 @@ def _config_view(node: Node, report: Report, refresh: bool, to_config: dict | No
     return _ConfigView(report.applied.mig_selected or "", plugin_key, ConfigState.SUCCESS, "")
 
 
-def agent_report_record(*, node: Node, report: Report, now=None, buffered: bool = True) -> str | None:
+def agent_report_record(
+    *, node: Node, report: Report, now=None, buffered: bool = True, serving: tuple | None | bool = False
+) -> str | None:
     """Record a node's report (inventory when it changed, metrics, processes, XID/ECC events); returns the config
     id the node should run, or None when there is nothing for it to do. With `buffered`, an unchanged report's
-    metrics are written by the next flush (TESSERA["AGENT_REPORT_FLUSH_SECONDS"], 0: at once)."""
+    metrics are written by the next flush (TESSERA["AGENT_REPORT_FLUSH_SECONDS"], 0: at once). `serving` is the
+    credential's `serving_change` when the caller has it (False: read it here)."""
     now = now or timezone.now()
     if report.hostname != node.name:
         raise ApplicationError(
             f"This agent credential belongs to node {node.name}; the report comes from {report.hostname[:100]}.",
             status=403,
         )
-    serving = _serving_change(node.pk)
+    if serving is False:
+        serving = _serving_change(node.pk)
     applied_id = report.applied.config_id if report.applied else ""
     refresh = applied_id != node.agent_config_id or bool(
         serving and applied_id and serving[1] == applied_id and node.config_state != ConfigState.SUCCESS

@@ -169,7 +169,8 @@ def _dataclass_decoder(cls):
     def decode_dataclass(value):
         if not isinstance(value, dict):
             raise _Invalid(f"must be an object, not {value!r}")
-        kwargs = {}
+        instance = object.__new__(cls) if plain else None
+        kwargs = instance.__dict__ if plain else {}
         for name, exact, nullable, decode, required in fields:
             raw = value.get(name, missing)
             # Most fields are plain values of their exact type or null: checked inline, no call.
@@ -187,11 +188,7 @@ def _dataclass_decoder(cls):
             except _Invalid as error:
                 error.path.insert(0, f".{name}")
                 raise
-        if plain:
-            instance = object.__new__(cls)
-            instance.__dict__.update(kwargs)
-            return instance
-        return cls(**kwargs)
+        return instance if plain else cls(**kwargs)
 
     return decode_dataclass
 

@@ -131,7 +131,10 @@ class AgentReportView(AgentView):
     )
     def post(self, request):
         report = _decode(Report, request.data)
-        desired = agent_services.agent_report_record(node=request.auth.node, report=report)
+        credential = request.auth
+        desired = agent_services.agent_report_record(
+            node=credential.node, report=report, serving=credential.serving_change
+        )
         return Response({"desired_config_id": desired})
 
 

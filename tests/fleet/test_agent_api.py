@@ -509,6 +509,15 @@ def test_desired_config_carries_node_settings_and_sharing_of_the_change(rollout_
     assert desired.mps == MpsSettings(replicas=4, default_active_thread_percentage=25)
     Rollout.objects.update(busy_policy="force")
     assert client.get(DESIRED).json()["safety"] == {"busy_policy": "force", "wait_seconds": 1800}
+    # A retry under a new name (the engine's wedged-pending path): the same layout, renamed, selected by that name.
+    retry_name = change.to_config["mig_config"] + "-r1"
+    NodeChange.objects.filter(pk=change.pk).update(applied_mig_config=retry_name)
+    mig = DesiredConfig.from_dict(client.get(DESIRED).json()).mig
+    assert mig.selected == retry_name
+    assert (
+        f"\n  {retry_name}:" in mig.mig_parted_config
+        and change.to_config["mig_config"] + ":" not in mig.mig_parted_config
+    )
 
 
 def _apply(backend, desired: DesiredConfig) -> AppliedState:
