@@ -26,6 +26,18 @@ def _fresh_q(now=None) -> Q:
     return (agent & Q(last_seen_at__gte=agent_stale_cutoff(now))) | (~agent & Q(last_seen_at__gte=stale_cutoff(now)))
 
 
+def stale_q(now=None) -> Q:
+    """The one stale rule as a filter for aggregates: never seen, or silent past its cluster's cutoff."""
+    return Q(last_seen_at__isnull=True) | ~_fresh_q(now)
+
+
+def is_stale(node, now=None) -> bool:
+    """The same rule for one node whose cluster is loaded (API rows)."""
+    agent = node.cluster.driver == ClusterDriver.AGENT
+    cutoff = agent_stale_cutoff(now) if agent else stale_cutoff(now)
+    return node.last_seen_at is None or node.last_seen_at < cutoff
+
+
 class ClusterQuerySet(models.QuerySet):
     def with_counts(self):
         return self.annotate(

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from fleet.choices import ConfigState, GpuHealth, SharingMode
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
-from fleet.querysets import stale_cutoff
+from fleet.querysets import stale_q
 from sharing.mig import UnknownProductError, get_product
 
 DEFAULT_MEMORY_SLICES = 8
@@ -60,7 +60,7 @@ def fleet_overview(*, now=None) -> dict:
         failed=Count("pk", filter=Q(config_state=ConfigState.FAILED)),
         stuck=Count("pk", filter=Q(config_state__in=IN_PROGRESS_STATES, config_state_since__lt=pending_deadline(now))),
         in_progress=Count("pk", filter=Q(config_state__in=IN_PROGRESS_STATES)),
-        stale=Count("pk", filter=Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=stale_cutoff(now))),
+        stale=Count("pk", filter=stale_q(now)),
         not_ready=Count("pk", filter=Q(ready=False)),
     )
     # Separate query: joining GPUs into the aggregate above would multiply every node count by its GPUs.
@@ -132,7 +132,7 @@ def is_filtered(params) -> bool:
 def _node_flags(now=None):
     """`is_stale` and `is_stuck` per node, computed in the database."""
     now = now or timezone.now()
-    stale = Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=stale_cutoff(now))
+    stale = stale_q(now)
     stuck = Q(config_state__in=IN_PROGRESS_STATES, config_state_since__lt=pending_deadline(now))
     return {
         "is_stale": ExpressionWrapper(stale, output_field=BooleanField()),
@@ -235,7 +235,7 @@ def node_state_summary(nodes: QuerySet[Node], *, now=None) -> dict:
         nodes=Count("pk"),
         failed=Count("pk", filter=Q(config_state=ConfigState.FAILED)),
         in_progress=Count("pk", filter=Q(config_state__in=IN_PROGRESS_STATES)),
-        stale=Count("pk", filter=Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=stale_cutoff(now))),
+        stale=Count("pk", filter=stale_q(now)),
         not_ready=Count("pk", filter=Q(ready=False)),
     )
 

@@ -10,7 +10,7 @@ from rest_framework.reverse import reverse
 
 from core.api.fields import RefField, ref
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
-from fleet.querysets import stale_cutoff
+from fleet.querysets import is_stale
 
 # The GPU's own columns in its output; listed once for GpuSerializer and the row-based GPU list.
 GPU_COLUMNS = (
@@ -163,12 +163,11 @@ class NodeSerializer(serializers.ModelSerializer):
         ]
 
     @cached_property
-    def _stale_cutoff(self):
-        # One instant for the whole page; the same rule as Node.objects.stale().
-        return stale_cutoff()
+    def _now(self):
+        return timezone.now()  # one instant for the whole page
 
     def get_stale(self, node) -> bool:
-        return node.last_seen_at is None or node.last_seen_at < self._stale_cutoff
+        return is_stale(node, self._now)  # the same rule as Node.objects.stale()
 
 
 class GpuMigDeviceSerializer(serializers.ModelSerializer):
