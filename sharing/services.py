@@ -37,16 +37,19 @@ def profile_snapshot(profile: SharingProfile) -> dict:
     return {f: getattr(profile, f) for f in PROFILE_FIELDS}
 
 
+def _refuse(what: str, errors: dict[str, list[str]]) -> None:
+    """Raise the one domain error for invalid input; its message is the first field's first complaint."""
+    if errors:
+        first = next(iter(errors.values()))[0]
+        raise ApplicationError(f"The {what} is not valid: {first}", errors=errors)
+
+
 def _check(profile: SharingProfile) -> None:
     try:
         profile.full_clean(exclude=["created_by"])
     except ValidationError as exc:
-        first = next(iter(exc.message_dict.values()))[0]
-        raise ApplicationError(f"The profile is not valid: {first}", errors=exc.message_dict) from exc
-    errors = validate_spec(profile.to_spec())
-    if errors:
-        first_field, messages = next(iter(errors.items()))
-        raise ApplicationError(f"The profile is not valid: {messages[0]}", errors=errors)
+        _refuse("profile", exc.message_dict)
+    _refuse("profile", validate_spec(profile.to_spec()))
 
 
 @transaction.atomic
@@ -214,10 +217,7 @@ def qos_policy_check(policy: QoSPolicy) -> dict[str, list[str]]:
 
 
 def _check_qos(policy: QoSPolicy) -> None:
-    errors = qos_policy_check(policy)
-    if errors:
-        first = next(iter(errors.values()))[0]
-        raise ApplicationError(f"The QoS policy is not valid: {first}", errors=errors)
+    _refuse("QoS policy", qos_policy_check(policy))
 
 
 def _profiles_running_with(policy: QoSPolicy) -> list[SharingProfile]:
