@@ -36,6 +36,7 @@ from sharing.forms import (
 from sharing.mig import PRODUCTS, mig_resources, validate_layout
 from sharing.models import NodePin, PoolSharing, QoSComplianceReport, QoSPolicy, SharingProfile
 from sharing.spec import ALL_GPUS, ProfileSpec, validate_spec
+from worker.admission import policy_admission_views, pool_admission_views
 from worker.reconcile import pool_assign_and_roll_out
 from worker.tasks import qos_compliance_check
 
@@ -495,6 +496,8 @@ def _qos_detail(request, policy: QoSPolicy, *, attach_form=None, attach_error=""
     template = "sharing/qos_detail.html"
     if wants_fragment(request) and "pool" in request.GET and has_role(request.user, Role.OPERATOR):
         template += "#qos-attach"
+    else:
+        context["admission"] = policy_admission_views(policy)
     return render(request, template, context, status=status)
 
 
@@ -647,7 +650,8 @@ def compliance_list(request):
 def _compliance_context(pool: NodePool) -> dict:
     state = pool_states([pool.pk])[pool.pk]
     report = QoSComplianceReport.objects.filter(pool=pool).select_related("policy").first()
-    context = {"pool": pool, "state": state, "report": report}
+    admission = pool_admission_views([pool])
+    context = {"pool": pool, "state": state, "report": report, "admission": admission[0] if admission else None}
     if state.qos_policy is not None:
         context["rules"] = qos_rule_summary(state.qos_policy)
     if report is not None:

@@ -12,12 +12,21 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from simulator import metrics, nodes, tls
+from simulator import admission, metrics, nodes, tls
 from simulator.errors import ApiError
 from simulator.faults import Faults
 from simulator.fleet import SimNode, generate_node
 from simulator.operator import DEFAULT_MIG_CONFIGMAP, DEVICE_PLUGIN, MIG_MANAGER, GpuOperator, cluster_policy
-from simulator.resources import CLUSTER_POLICIES, CONFIGMAPS, DAEMONSETS, NAMESPACES, NODES, PODS
+from simulator.resources import (
+    CLUSTER_POLICIES,
+    CONFIGMAPS,
+    DAEMONSETS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    VALIDATING_ADMISSION_POLICIES,
+    VALIDATING_ADMISSION_POLICY_BINDINGS,
+)
 from simulator.server import ApiServer
 from simulator.store import Store
 from simulator.workload import OPERATOR_NAMESPACE, WORKLOAD_NAMESPACES, DaemonSets, Workload
@@ -154,6 +163,8 @@ class Simulator:
         store.add_index(PODS, lambda pod: pod["spec"].get("nodeName"))
         store.set_normalizer(NODES, nodes.normalize)
         store.set_normalizer(CONFIGMAPS, _immutable_configmap)
+        store.set_normalizer(VALIDATING_ADMISSION_POLICIES, admission.normalize_policy)
+        store.set_normalizer(VALIDATING_ADMISSION_POLICY_BINDINGS, admission.normalize_binding)
         store.load(NAMESPACES, [{"metadata": {"name": n}, "status": {"phase": "Active"}} for n in NAMESPACE_NAMES])
         store.load(CLUSTER_POLICIES, [policy])
         store.load(CONFIGMAPS, configmaps)

@@ -25,6 +25,9 @@ class Faults:
     reboot_nodes: list[str] = field(default_factory=list)  # MIG mode changes need a reboot (WITH_REBOOT=true)
     refuse_eviction: dict[str, int] = field(default_factory=dict)  # "ns/pod" -> refusals left (-1 = always)
     xid: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> {gpu index: XID code} injected
+    # Resources ("plural.group", e.g. validatingadmissionpolicies.admissionregistration.k8s.io) this API server does
+    # not serve, as an older Kubernetes: left out of discovery, and 404 "could not find the requested resource".
+    unserved: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -84,6 +87,10 @@ class Faults:
     def needs_reboot(self, node: str) -> bool:
         with self._lock:
             return node in self.reboot_nodes
+
+    def unserved_resources(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self.unserved)
 
     def injected_xid(self, node: str, gpu: int) -> int:
         with self._lock:

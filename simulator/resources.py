@@ -28,6 +28,11 @@ class ResourceType:
     def list_kind(self) -> str:
         return f"{self.kind}List"
 
+    @property
+    def qualified(self) -> str:
+        """`plural.group` as kubectl names a resource (`validatingadmissionpolicies.admissionregistration.k8s.io`)."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
     def discovery(self) -> dict:
         entry = {
             "name": self.plural,
@@ -89,11 +94,51 @@ EVENTS = ResourceType(
     },
 )
 DAEMONSETS = ResourceType("daemonsets", "daemonset", "DaemonSet", "apps", "v1", True, _READ, ("ds",), _META_FIELDS)
+# policy/v1 must list a resource, or discovery (`kubectl api-resources`) reports the group version as broken. Served
+# read-only and empty: evictions here never consult a budget.
+POD_DISRUPTION_BUDGETS = ResourceType(
+    "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", "policy", "v1", True, _READ, ("pdb",)
+)
 CLUSTER_POLICIES = ResourceType(
     "clusterpolicies", "clusterpolicy", "ClusterPolicy", "nvidia.com", "v1", False, _READ + ("patch", "update"), ()
 )
+# Admission policies (Kubernetes >= 1.30 serves them in v1): stored and served, never evaluated (no pods are created).
+ADMISSION_GROUP = "admissionregistration.k8s.io"
+VALIDATING_ADMISSION_POLICIES = ResourceType(
+    "validatingadmissionpolicies",
+    "validatingadmissionpolicy",
+    "ValidatingAdmissionPolicy",
+    ADMISSION_GROUP,
+    "v1",
+    False,
+    _READ + _WRITE,
+    (),
+    _META_FIELDS,
+)
+VALIDATING_ADMISSION_POLICY_BINDINGS = ResourceType(
+    "validatingadmissionpolicybindings",
+    "validatingadmissionpolicybinding",
+    "ValidatingAdmissionPolicyBinding",
+    ADMISSION_GROUP,
+    "v1",
+    False,
+    _READ + _WRITE,
+    (),
+    _META_FIELDS,
+)
 
-ALL = (NODES, PODS, CONFIGMAPS, NAMESPACES, EVENTS, DAEMONSETS, CLUSTER_POLICIES)
+ALL = (
+    NODES,
+    PODS,
+    CONFIGMAPS,
+    NAMESPACES,
+    EVENTS,
+    DAEMONSETS,
+    POD_DISRUPTION_BUDGETS,
+    CLUSTER_POLICIES,
+    VALIDATING_ADMISSION_POLICIES,
+    VALIDATING_ADMISSION_POLICY_BINDINGS,
+)
 BY_GROUP_VERSION: dict[tuple[str, str], dict[str, ResourceType]] = {}
 for _resource in ALL:
     BY_GROUP_VERSION.setdefault((_resource.group, _resource.version), {})[_resource.plural] = _resource
@@ -113,7 +158,7 @@ _SUBRESOURCES = {
         {"name": "nodes/proxy", "singularName": "", "namespaced": False, "kind": "NodeProxyOptions", "verbs": ["get"]},
     ]
 }
-GROUPS = (("apps", "v1"), ("policy", "v1"), ("nvidia.com", "v1"))
+GROUPS = (("apps", "v1"), ("policy", "v1"), ("nvidia.com", "v1"), (ADMISSION_GROUP, "v1"))
 
 
 def api_versions() -> dict:
@@ -141,10 +186,13 @@ def api_group(name: str) -> dict | None:
     return None
 
 
-def api_resource_list(group: str, version: str) -> dict | None:
+def api_resource_list(group: str, version: str, unserved: frozenset[str] = frozenset()) -> dict | None:
+    """The group version's resources, less those the `unserved` fault knob hides (an older API server)."""
     if (group, version) not in GROUPS and (group, version) != ("", "v1"):
         return None
-    resources = [r.discovery() for r in BY_GROUP_VERSION.get((group, version), {}).values()]
+    resources = [
+        r.discovery() for r in BY_GROUP_VERSION.get((group, version), {}).values() if r.qualified not in unserved
+    ]
     resources += _SUBRESOURCES.get((group, version), [])
     return {
         "kind": "APIResourceList",

@@ -35,7 +35,8 @@ _VERSION = {
     "compiler": "gc",
     "platform": "linux/amd64",
 }
-_STATUS_KEPT = {"nodes": ("status",), "pods": ("status",)}  # status is a subresource: the main endpoint ignores it
+# status is a subresource: the main endpoint ignores it
+_STATUS_KEPT = {"nodes": ("status",), "pods": ("status",), "validatingadmissionpolicies": ("status",)}
 _DEFAULT_WATCH_SECONDS = 1800
 _DCGM_PORT = "9400"
 _KUBELET_PORT = "10250"
@@ -201,15 +202,18 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"paths": {}})  # no schemas are published; kubectl's commands here never ask
             return
         parts = path.strip("/").split("/")
+        unserved = self.server.sim.faults.unserved_resources()
         if parts[0] == "api" and len(parts) <= 2:
-            document = resources.api_versions() if len(parts) == 1 else resources.api_resource_list("", parts[1])
+            document = (
+                resources.api_versions() if len(parts) == 1 else resources.api_resource_list("", parts[1], unserved)
+            )
         elif parts[0] == "apis" and len(parts) <= 3:
             if len(parts) == 1:
                 document = resources.api_group_list()
             elif len(parts) == 2:
                 document = resources.api_group(parts[1])
             else:
-                document = resources.api_resource_list(parts[1], parts[2])
+                document = resources.api_resource_list(parts[1], parts[2], unserved)
         elif parts[0] == "api" and parts[1] == "v1":
             self._resource(method, "", "v1", parts[2:], query, body)
             return
@@ -231,7 +235,7 @@ class Handler(BaseHTTPRequestHandler):
         if len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
         resource = types.get(rest[0]) if rest else None
-        if resource is None:
+        if resource is None or resource.qualified in self.server.sim.faults.unserved_resources():
             raise ApiError.path_not_found("/" + "/".join(rest))
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2:]

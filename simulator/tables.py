@@ -153,6 +153,20 @@ def _daemonset_cells(ds: dict) -> list:
     ]
 
 
+def _param_ref(binding: dict) -> str:
+    """kubectl's PARAMREF column: `<unset>`, else `namespace/name` (`*/` for any namespace, a selector for name)."""
+    ref = binding.get("spec", {}).get("paramRef")
+    if not ref:
+        return "<unset>"
+    name = ref.get("name") or str(ref.get("selector") or "")
+    return f"{ref['namespace']}/{name}" if ref.get("namespace") else f"*/{name}"
+
+
+def _param_kind(policy: dict) -> str:
+    kind = policy.get("spec", {}).get("paramKind")
+    return f"{kind.get('apiVersion', '')}/{kind.get('kind', '')}" if kind else "<unset>"
+
+
 _COLUMNS: dict[str, tuple[list[dict], Callable[[dict], list]]] = {
     "nodes": (_NODE_COLUMNS, _node_cells),
     "pods": (_POD_COLUMNS, _pod_cells),
@@ -182,12 +196,56 @@ _COLUMNS: dict[str, tuple[list[dict], Callable[[dict], list]]] = {
         + [_column("Node Selector"), _AGE],
         _daemonset_cells,
     ),
+    "poddisruptionbudgets": (
+        [
+            _NAME,
+            _column("Min Available"),
+            _column("Max Unavailable"),
+            _column("Allowed Disruptions", kind="integer"),
+            _AGE,
+        ],
+        lambda pdb: [
+            pdb["metadata"]["name"],
+            str(pdb.get("spec", {}).get("minAvailable", "N/A")),
+            str(pdb.get("spec", {}).get("maxUnavailable", "N/A")),
+            pdb.get("status", {}).get("disruptionsAllowed", 0),
+            _age(pdb["metadata"].get("creationTimestamp")),
+        ],
+    ),
     "clusterpolicies": (
         [_NAME, _column("Status"), _AGE],
         lambda cp: [
             cp["metadata"]["name"],
             cp.get("status", {}).get("state", ""),
             _age(cp["metadata"].get("creationTimestamp")),
+        ],
+    ),
+    "validatingadmissionpolicies": (
+        [
+            _NAME,
+            _column("Validations", kind="integer", description="the number of validation rules in the policy"),
+            _column("ParamKind", description="the kind of resources that parameterize the policy"),
+            _AGE,
+        ],
+        lambda vap: [
+            vap["metadata"]["name"],
+            len(vap.get("spec", {}).get("validations") or []),
+            _param_kind(vap),
+            _age(vap["metadata"].get("creationTimestamp")),
+        ],
+    ),
+    "validatingadmissionpolicybindings": (
+        [
+            _NAME,
+            _column("PolicyName", description="the policy the binding binds"),
+            _column("ParamRef", description="the param resource the binding configures"),
+            _AGE,
+        ],
+        lambda binding: [
+            binding["metadata"]["name"],
+            binding.get("spec", {}).get("policyName", ""),
+            _param_ref(binding),
+            _age(binding["metadata"].get("creationTimestamp")),
         ],
     ),
 }

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from worker.models import NodeChange, Rollout
+from worker.models import AdmissionPolicyState, NodeChange, Rollout
 
 
 class NodeChangeInline(admin.TabularInline):
@@ -26,3 +26,18 @@ class NodeChangeAdmin(admin.ModelAdmin):
     list_filter = ("status",)
     raw_id_fields = ("node", "rollout")
     search_fields = ("node__name",)
+
+
+@admin.register(AdmissionPolicyState)
+class AdmissionPolicyStateAdmin(admin.ModelAdmin):
+    """Read-only: the admission sync owns these rows (they mirror objects in the clusters)."""
+
+    list_display = ("object_name", "cluster", "pool_name", "policy_name", "state", "applied_at", "checked_at")
+    list_filter = ("state", "cluster")
+    search_fields = ("object_name", "pool_name", "policy_name")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

@@ -1,13 +1,14 @@
-"""Rollouts: how desired state reaches nodes, one NodeChange per node, every transition stored before it acts."""
+"""Rollouts: how desired state reaches nodes, one NodeChange per node, every transition stored before it acts; and
+the admission policies Tessera keeps in Kubernetes clusters for QoS policies enforced at admission."""
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
-from fleet.models import Node, NodePool
+from fleet.models import Cluster, Node, NodePool
 from sharing.choices import BusyPolicy
-from sharing.models import SharingProfile
+from sharing.models import QoSPolicy, SharingProfile
 from worker.choices import ACTIVE_CHANGE_STATUSES, ChangeStatus, RolloutStatus, RolloutTrigger
 from worker.querysets import RolloutQuerySet
 
@@ -90,3 +91,45 @@ class NodeChange(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in ACTIVE_CHANGE_STATUSES
+
+
+class AdmissionState(models.TextChoices):
+    APPLIED = "applied", "Applied"
+    ERROR = "error", "Error"
+    REMOVING = "removing", "Removing"
+    NOT_APPLICABLE = "not_applicable", "Not applicable"
+
+
+class AdmissionPolicyState(models.Model):
+    """One pool's QoS policy enforced at admission: the ValidatingAdmissionPolicy and binding (both `object_name`)
+    Tessera keeps in the pool's cluster, the manifest last applied or attempted, when, and the last error. A row of a
+    pool that no longer enforces (or is gone) stays, `removing`, until its objects are deleted."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="admission_policies")
+    pool = models.ForeignKey(
+        NodePool, on_delete=models.SET_NULL, null=True, blank=True, related_name="admission_policies"
+    )
+    pool_name = models.CharField(max_length=100)
+    qos_policy = models.ForeignKey(QoSPolicy, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    policy_name = models.CharField(max_length=100, blank=True)
+    object_name = models.CharField(max_length=253, blank=True)
+    state = models.CharField(max_length=20, choices=AdmissionState.choices)
+    manifest = models.TextField(blank=True, help_text="The policy and binding as YAML (no credentials in them).")
+    manifest_hash = models.CharField(
+        max_length=64, blank=True, help_text="sha256 of the manifest; the objects carry it as an annotation."
+    )
+    resource_versions = models.JSONField(default=dict, blank=True, help_text="{policy, binding} as last seen live.")
+    applied_at = models.DateTimeField(null=True, blank=True, help_text="When the cluster first held this manifest.")
+    checked_at = models.DateTimeField(null=True, blank=True, help_text="The last pass that reached the API server.")
+    error = models.TextField(blank=True)
+    error_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster__name", "pool_name", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "pool"], name="%(app_label)s_%(class)s_one_per_pool"),
+        ]
+
+    def __str__(self):
+        return f"{self.cluster.name}/{self.pool_name}: {self.object_name or '-'} ({self.state})"

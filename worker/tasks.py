@@ -6,6 +6,7 @@ from django.conf import settings
 from fleet.models import NodePool
 from scheduling.selectors import pool_states
 from sharing.services import qos_compliance_record
+from worker import admission as admission_module
 from worker import reconcile as reconcile_module
 from worker import services
 from worker.choices import RolloutStatus
@@ -16,12 +17,17 @@ STEP_CHUNK = 50
 
 @shared_task(soft_time_limit=50, time_limit=60, expires=60)
 def reconcile_tick() -> dict:
-    """Beat's tick: turn drift into rollouts, then nudge every running rollout (recovers lost step tasks)."""
+    """Beat's tick: turn drift into rollouts, then nudge every running rollout (recovers lost step tasks); clusters
+    whose admission policies no longer match their pools' QoS policies (a window began, a policy changed) are synced
+    at once."""
     created = reconcile_module.reconcile()
     active = list(Rollout.objects.filter(status=RolloutStatus.RUNNING).values_list("pk", flat=True))
     for rollout_id in active:
         rollout_advance.delay(rollout_id)
-    return {"created": created, "advanced": len(active)}
+    admission = admission_module.clusters_out_of_date()
+    for cluster_id in admission:
+        admission_sync.apply_async((cluster_id,), expires=ADMISSION_TICK_SECONDS)
+    return {"created": created, "advanced": len(active), "admission": len(admission)}
 
 
 @shared_task(soft_time_limit=50, time_limit=60)
@@ -124,3 +130,29 @@ def cluster_check_health(cluster_id: int) -> str:
 
     cluster = _kubernetes_cluster(cluster_id)
     return (sync.cluster_health(cluster).problem or "") if cluster is not None else ""
+
+
+# --- admission policies (QoS policies enforced by the API server) ----------------------------------------------------
+
+ADMISSION_TICK_SECONDS = 60  # beat's period for the sweep below
+
+
+@shared_task(soft_time_limit=20, time_limit=30, expires=ADMISSION_TICK_SECONDS)
+def clusters_sync_admission() -> int:
+    """Beat's sweep: one admission sync per cluster that enforces a QoS policy at admission or did (retries errors,
+    repairs objects changed or deleted in the cluster)."""
+    ids = admission_module.clusters_to_sync()
+    for cluster_id in ids:
+        admission_sync.apply_async((cluster_id,), expires=ADMISSION_TICK_SECONDS)
+    return len(ids)
+
+
+@shared_task(soft_time_limit=50, time_limit=60)
+def admission_sync(cluster_id: int) -> dict:
+    """Create, replace or delete one cluster's ValidatingAdmissionPolicies so they match its pools' QoS policies."""
+    from fleet.models import Cluster
+
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return {}
+    return admission_module.admission_sync(cluster=cluster).as_dict()

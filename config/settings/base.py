@@ -223,6 +223,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 30.0,
         "options": {"expires": 30},
     },
+    # QoS policies enforced at admission: ValidatingAdmissionPolicies per cluster (changes also sync at once).
+    "clusters-sync-admission": {
+        "task": "worker.tasks.clusters_sync_admission",
+        "schedule": env.float("TESSERA_ADMISSION_SECONDS", default=60.0),
+        "options": {"expires": 60},
+    },
 }
 
 LOGGING = {

@@ -48,6 +48,12 @@ def test_get_nodes_with_label_columns_and_selectors(kubectl):
     assert selected == [["node/gpu-node-0003"], ["node/gpu-node-0006"], ["node/gpu-node-0011"]]
 
 
+def test_api_resources_discovers_every_group(kubectl):
+    listed = {(row[0], row[-3]) for row in rows(kubectl("api-resources", "--no-headers").stdout)}
+    assert {("pods", "v1"), ("poddisruptionbudgets", "policy/v1"), ("clusterpolicies", "nvidia.com/v1")} <= listed
+    assert rows(kubectl("get", "pdb", "-A").stderr) == [["No", "resources", "found"]]
+
+
 def test_get_node_as_yaml(kubectl):
     node = yaml.safe_load(kubectl("get", "node", "gpu-node-0002", "-o", "yaml").stdout)
     assert (node["kind"], node["metadata"]["name"]) == ("Node", "gpu-node-0002")

@@ -5,7 +5,7 @@ from rest_framework import serializers
 from core.api.fields import RefField
 from fleet.models import Node, NodePool
 from sharing.choices import BusyPolicy
-from worker.models import NodeChange, Rollout
+from worker.models import AdmissionPolicyState, NodeChange, Rollout
 from worker.services import rollout_progress
 
 
@@ -68,3 +68,25 @@ class RolloutStartSerializer(serializers.Serializer):
         if bool(attrs.get("pool")) == bool(attrs.get("nodes")):
             raise serializers.ValidationError("Give either a pool or a list of nodes.")
         return attrs
+
+
+class AdmissionPolicyStateSerializer(serializers.ModelSerializer):
+    """A pool's ValidatingAdmissionPolicy and binding (both `object_name`) in its cluster, as last recorded."""
+
+    cluster = RefField("cluster-detail", read_only=True)
+    pool = RefField("nodepool-detail", read_only=True)
+    qos_policy = RefField("qospolicy-detail", read_only=True)
+    resource_versions = serializers.DictField(child=serializers.CharField(), read_only=True)
+
+    class Meta:
+        model = AdmissionPolicyState
+        fields = ["id", "cluster", "pool", "pool_name", "qos_policy", "policy_name", "object_name", "state",
+                  "manifest_hash", "resource_versions", "applied_at", "checked_at", "error", "error_at",
+                  "updated_at"]  # fmt: skip
+        read_only_fields = fields
+
+
+class AdmissionPolicyStateDetailSerializer(AdmissionPolicyStateSerializer):
+    class Meta(AdmissionPolicyStateSerializer.Meta):
+        fields = [*AdmissionPolicyStateSerializer.Meta.fields, "manifest"]
+        read_only_fields = fields

@@ -7,5 +7,6 @@ from worker.api import views
 router = SimpleRouter()
 router.register("rollouts", views.RolloutViewSet)
 router.register("node-changes", views.NodeChangeViewSet)
+router.register("admission-policies", views.AdmissionPolicyStateViewSet)
 
 urlpatterns = router.urls

@@ -1,4 +1,5 @@
-"""Rollout endpoints: list and follow them; operators start, pause, resume and cancel them."""
+"""Rollout endpoints: list and follow them; operators start, pause, resume and cancel them. Admission policies:
+what Tessera keeps in each cluster for QoS policies enforced at admission (read-only)."""
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -9,6 +10,7 @@ from core.audit import Actor
 from core.roles import Role
 from fleet.models import Node
 from worker import reconcile, services
+from worker.admission import admission_states
 from worker.api import serializers
 from worker.filtersets import NodeChangeFilterSet, RolloutFilterSet
 from worker.models import NodeChange, Rollout
@@ -74,3 +76,19 @@ class NodeChangeViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = NodeChange.objects.select_related("node").order_by("-updated_at", "-pk")
     serializer_class = serializers.NodeChangeSerializer
     filterset_class = NodeChangeFilterSet
+
+
+class AdmissionPolicyStateViewSet(viewsets.ReadOnlyModelViewSet):
+    """ValidatingAdmissionPolicies Tessera keeps per cluster and pool for QoS policies enforced at admission: the
+    object name, the manifest and its hash, when it was applied and checked, and the last error (`state` error: e.g.
+    a cluster older than Kubernetes 1.30). Agent clusters are `not_applicable`. The detail carries the manifest."""
+
+    queryset = admission_states()
+    filterset_fields = ["cluster", "pool", "qos_policy", "state"]
+    search_fields = ["object_name", "pool_name", "policy_name"]
+    ordering_fields = ["applied_at", "checked_at", "updated_at"]
+
+    def get_serializer_class(self):
+        if self.action == "retrieve":
+            return serializers.AdmissionPolicyStateDetailSerializer
+        return serializers.AdmissionPolicyStateSerializer
