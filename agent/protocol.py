@@ -15,7 +15,9 @@ Endpoints (under the server's base URL):
 - `POST /api/v1/agent/report/` — body `Report`: inventory and metrics of every GPU, host settings, the config the
   node runs (`applied`) and the XID events seen since the last successful report. → 200 `ReportResponse`
   {desired_config_id}: null when the server has nothing for the node; when it differs from `applied.config_id` the
-  agent fetches the desired config.
+  agent fetches the desired config. `inventory_digest` is `inventory_digest(report)` of this module: when it is the
+  digest of the node's inventory the server recorded last, the server reads only the report's metrics (`GpuMetrics`
+  of each GPU) and the XID events, so an agent must send the digest of exactly what it reports (or none).
 - `GET /api/v1/agent/desired/` → 200 `DesiredConfig`. `config_id` is content-addressed (new content, new id);
   `change_id` is the server's NodeChange, or null outside a rollout. `node_settings` is the QoS policy's
   `QoSPolicy.node_settings()` verbatim, `{"gpu": {...}, "host": {...}}` with only the fields the policy sets, or
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -261,6 +264,56 @@ class Report(Message):
     xid_events: tuple[XidEvent, ...]
     host: HostSettings
     applied: AppliedState | None
+    inventory_digest: str | None = None  # inventory_digest() of this report; absent from older agents
+
+
+@dataclass(frozen=True)
+class GpuMetrics(Message):
+    """The part of a GpuReport that moves from one report to the next: what a report of unchanged inventory
+    changes on the server. The same names as GpuReport's fields, so each GPU of a report reads as one."""
+
+    uuid: str
+    memory_used_mib: int | None
+    processes: tuple[GpuProcess, ...]
+    utilization_pct: float | None
+    temperature_c: int | None
+    power_w: float | None
+    ecc_sbe_total: int | None
+    ecc_dbe_total: int | None
+
+
+@dataclass(frozen=True)
+class ReportMetrics(Message):
+    """A `Report` read for its moving parts only (unknown keys are ignored, so any Report body reads as one): what
+    the server records from a report whose `inventory_digest` it has recorded already."""
+
+    agent_version: str
+    hostname: str
+    gpus: tuple[GpuMetrics, ...]
+    xid_events: tuple[XidEvent, ...]
+    inventory_digest: str | None = None
+
+
+def inventory_digest(report: Report) -> str:
+    """A hash of everything in a report but its metrics (`GpuMetrics` outside MIG devices' processes, the graphics
+    clock now), XID events and agent version: equal means the node's inventory, settings and applied config are as
+    before. ECC double-bit totals are in (a rise is an event to record), as are processes on MIG devices (they pin
+    the devices) and the GPU settings and host tuning a QoS policy sets."""
+    gpus = [
+        (
+            g.uuid, g.index, g.name, g.product, g.pci_bus_id, g.pci_device_id, g.numa_node, g.memory_total_mib,
+            g.mig_capable, g.mig_mode_current, g.mig_mode_pending, g.ecc_dbe_total,
+            g.compute_mode, g.persistence_mode, g.power_limit_w, g.applications_clock_mhz, g.max_graphics_clock_mhz,
+            [(d.uuid, d.profile, d.start, d.size, d.gpu_instance_id, d.compute_instance_id, d.memory_mib)
+             for d in g.mig_devices],
+            sorted((p.pid, p.gpu_instance_id, p.compute_instance_id) for p in g.processes
+                   if p.gpu_instance_id is not None),
+        )
+        for g in report.gpus
+    ]  # fmt: skip
+    applied = report.applied.to_dict() if report.applied else None
+    key = (report.hostname, report.driver_version, report.cuda_version, report.numa_nodes, applied, report.host, gpus)
+    return hashlib.sha256(repr(key).encode()).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from agent.protocol import (
     RegisterRequest,
     Report,
     XidEvent,
+    inventory_digest,
 )
 
 EXIT_OK = 0
@@ -316,7 +317,7 @@ class Agent:
         return self.settings.hostname or snapshot.hostname
 
     def _report(self, snapshot: NodeSnapshot, xid_events: tuple[XidEvent, ...]) -> Report:
-        return Report(
+        report = Report(
             agent_version=AGENT_VERSION,
             hostname=self._hostname(snapshot),
             driver_version=snapshot.driver_version,
@@ -327,6 +328,8 @@ class Agent:
             host=snapshot.host,
             applied=self.applied,
         )
+        # With the digest, the server reads only the metrics of a report whose inventory it has recorded.
+        return replace(report, inventory_digest=inventory_digest(report))
 
     def _fresh_report(self) -> Report:
         """The outcome's report: state after the apply; XID events stay with /report/ (agent/protocol.py)."""

@@ -10,6 +10,7 @@ socket per agent, one thread per agent in a few processes.
 """
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -70,7 +71,7 @@ def floor_app():
 def seed(agents: int, mig_every: int) -> list[tuple[str, list[bytes]]]:
     """Register the agents (an agent cluster, one join token) and precompute their report bodies."""
     from agent.backends.simulated import SimulatedBackend
-    from agent.protocol import MigSettings, Report
+    from agent.protocol import MigSettings, Report, inventory_digest
     from core.audit import Actor
     from fleet import agent_services
     from fleet.models import Cluster
@@ -103,6 +104,8 @@ def seed(agents: int, mig_every: int) -> list[tuple[str, list[bytes]]]:
                     host=snapshot.host,
                     applied=None,
                 )
+                # As the agent sends it (agent/runner.py): with its inventory digest.
+                report = dataclasses.replace(report, inventory_digest=inventory_digest(report))
                 bodies.append(json.dumps(report.to_dict()).encode())
         finally:
             backend.close()
@@ -115,12 +118,11 @@ def seed(agents: int, mig_every: int) -> list[tuple[str, list[bytes]]]:
 
 def inventory_change_share(clients) -> float:
     """How many reports carry inventory that differs from the same agent's previous report (MIG jobs moving)."""
-    from agent.protocol import Report
-    from fleet.agent_services import _inventory_digest
+    from agent.protocol import Report, inventory_digest
 
     changed = total = 0
     for _, bodies in clients:
-        digests = [_inventory_digest(Report.from_dict(json.loads(body))) for body in bodies]
+        digests = [inventory_digest(Report.from_dict(json.loads(body))) for body in bodies]
         changed += sum(1 for i, digest in enumerate(digests) if digest != digests[i - 1])
         total += len(digests)
     return changed / total

@@ -27,7 +27,7 @@ from django.db.models import F, Q
 from django.db.models.base import ModelState
 from django.utils import timezone
 
-from agent.protocol import AppliedState, GpuReport, Outcome, Report
+from agent.protocol import AppliedState, GpuMetrics, GpuReport, Outcome, Report, ReportMetrics, inventory_digest
 from core.audit import Actor, audit_record
 from core.exceptions import ApplicationError
 from fleet.choices import ClusterDriver, ConfigState, SharingMode
@@ -483,25 +483,6 @@ def _applied_to_config(node: Node, config_id: str) -> dict | None:
     )
 
 
-def _inventory_digest(report: Report) -> str:
-    """A hash of everything in a report but metrics and processes outside MIG devices: equal means no inventory
-    write is needed. ECC double-bit totals are in: a rise is an event to record."""
-    gpus = [
-        (
-            g.uuid, g.index, g.name, g.product, g.pci_bus_id, g.pci_device_id, g.numa_node, g.memory_total_mib,
-            g.mig_capable, g.mig_mode_current, g.mig_mode_pending, g.ecc_dbe_total,
-            [(d.uuid, d.profile, d.start, d.size, d.gpu_instance_id, d.compute_instance_id, d.memory_mib)
-             for d in g.mig_devices],
-            sorted((p.pid, p.gpu_instance_id, p.compute_instance_id) for p in g.processes
-                   if p.gpu_instance_id is not None),
-        )
-        for g in report.gpus
-    ]  # fmt: skip
-    applied = report.applied.to_dict() if report.applied else None
-    key = (report.hostname, report.driver_version, report.cuda_version, report.numa_nodes, applied, gpus)
-    return hashlib.sha256(repr(key).encode()).hexdigest()
-
-
 def _mig_resource(product: str, profile: str) -> str:
     try:
         found = get_product(product).mig_profile(profile)
@@ -617,7 +598,7 @@ def _parse_time(text: str) -> datetime | None:
     return value if timezone.is_aware(value) else value.replace(tzinfo=UTC)
 
 
-def _processes(gpu: GpuReport) -> list[dict]:
+def _processes(gpu: GpuMetrics | GpuReport) -> list[dict]:
     return [
         {
             "pid": p.pid,
@@ -650,6 +631,28 @@ def _config_view(node: Node, report: Report, refresh: bool, to_config: dict | No
     return _ConfigView(report.applied.mig_selected or "", plugin_key, ConfigState.SUCCESS, "")
 
 
+def agent_report_record_metrics(
+    *, node: Node, metrics: ReportMetrics, serving: tuple | None, now=None
+) -> tuple[bool, str | None]:
+    """Record the usual report from its moving parts alone: the agent's `inventory_digest` is the one recorded for
+    the node, so its inventory, settings and applied config are those already validated and stored. Returns
+    (recorded, config id the node should run). (False, None) when the whole report must be read
+    (`agent_report_record`): another digest or none, XID events, a node gone or not ready, or a change waiting for
+    the config the node runs to show."""
+    if (
+        not metrics.inventory_digest
+        or metrics.inventory_digest != node.agent_report_hash
+        or metrics.hostname != node.name
+        or metrics.xid_events
+        or node.gone_at is not None
+        or node.ready is not True
+        or _waits_for_applied(node, node.agent_config_id, serving)
+    ):
+        return False, None
+    _record_metrics(node, metrics.gpus, metrics.agent_version, now or timezone.now(), buffered=True)
+    return True, serving[1] if serving else None
+
+
 def agent_report_record(
     *, node: Node, report: Report, now=None, buffered: bool = True, serving: tuple | None | bool = False
 ) -> str | None:
@@ -666,24 +669,12 @@ def agent_report_record(
     if serving is False:
         serving = _serving_change(node.pk)
     applied_id = report.applied.config_id if report.applied else ""
-    refresh = applied_id != node.agent_config_id or bool(
-        serving and applied_id and serving[1] == applied_id and node.config_state != ConfigState.SUCCESS
-    )
-    digest = _inventory_digest(report)
+    refresh = applied_id != node.agent_config_id or _waits_for_applied(node, applied_id, serving)
+    # Computed here whatever the agent claims: what is stored is what was validated.
+    digest = inventory_digest(report)
     unchanged = digest == node.agent_report_hash and not refresh and not report.xid_events
     if unchanged and node.gone_at is None and node.ready is True:
-        # The usual report: only metrics, processes and last-seen move.
-        db = connections[DEFAULT_DB_ALIAS]
-        at = db.ops.adapt_datetimefield_value(now)  # what DateTimeField.get_db_prep_save ends in
-        metric_rows = _metric_rows(db, node, report.gpus, at)
-        seen_row = [at, at, report.agent_version[:50], node.pk, at]
-        interval = settings.TESSERA.get("AGENT_REPORT_FLUSH_SECONDS", 0)
-        if buffered and interval > 0:
-            report_buffer.add(node.pk, metric_rows, seen_row, interval)
-        else:
-            with transaction.atomic(), db.cursor() as cursor:
-                cursor.executemany(_metrics_sql(db.vendor), metric_rows)
-                cursor.execute(_seen_sql(db.vendor), seen_row)
+        _record_metrics(node, report.gpus, report.agent_version, now, buffered=buffered)
     else:
         report_buffer.discard(node.pk)
         with transaction.atomic():
@@ -692,12 +683,36 @@ def agent_report_record(
     return serving[1] if serving else None
 
 
+def _waits_for_applied(node: Node, applied_id: str, serving: tuple | None) -> bool:
+    """A change serving the config the node reports it runs, not yet shown as a success: its report must be read."""
+    return bool(serving and applied_id and serving[1] == applied_id and node.config_state != ConfigState.SUCCESS)
+
+
+def _record_metrics(node: Node, gpus: Sequence[GpuMetrics | GpuReport], agent_version: str, now, *, buffered: bool):
+    """The usual report's writes: metrics, processes and last-seen, buffered until the next flush or at once."""
+    db = connections[DEFAULT_DB_ALIAS]
+    at = db.ops.adapt_datetimefield_value(now)  # what DateTimeField.get_db_prep_save ends in
+    metric_rows = _metric_rows(db, node, gpus, at)
+    seen_row = [at, at, agent_version[:50], node.pk, at]
+    interval = settings.TESSERA.get("AGENT_REPORT_FLUSH_SECONDS", 0)
+    if buffered and interval > 0:
+        report_buffer.add(node.pk, metric_rows, seen_row, interval)
+    else:
+        with transaction.atomic(), db.cursor() as cursor:
+            cursor.executemany(_metrics_sql(db.vendor), metric_rows)
+            cursor.execute(_seen_sql(db.vendor), seen_row)
+    node.last_seen_at = node.agent_last_seen_at = now
+
+
 def _record_inventory(node: Node, report: Report, refresh: bool, digest: str, now) -> None:
     applied_id = report.applied.config_id if report.applied else ""
     to_config = _applied_to_config(node, applied_id)
     view = _config_view(node, report, refresh, to_config)
     uuids = [g.uuid for g in report.gpus]
-    stored = {g.uuid: g for g in Gpu.objects.filter(uuid__in=uuids).only("pk", "uuid", "last_xid", "ecc_dbe_total")}
+    stored = {
+        g.uuid: g
+        for g in Gpu.objects.filter(uuid__in=uuids).only("pk", "node", "uuid", "last_xid", "ecc_dbe_total", "settings")
+    }
     newest = _newest_xids(report)
     gpus = []
     for g in report.gpus:
@@ -718,8 +733,10 @@ def _record_inventory(node: Node, report: Report, refresh: bool, digest: str, no
                 mig_pending=g.mig_mode_pending if g.mig_mode_pending != g.mig_mode_current else None,
                 health=gpu_health(last_xid=last_xid, ecc_dbe_total=dbe),
                 mig_devices=_mig_devices(g),
+                settings=_gpu_settings(g),
             )
         )
+    host = report.host.to_dict()
     observation = NodeObservation(
         name=node.name,
         labels=_labels(report),
@@ -734,8 +751,27 @@ def _record_inventory(node: Node, report: Report, refresh: bool, digest: str, no
         config_state=view.config_state,
         last_error=view.last_error,
         gpus=tuple(gpus),
+        host_settings=host,
     )
+    host_before = Node.objects.filter(pk=node.pk).values_list("host_settings", flat=True).first()
     inventory_record(cluster=node.cluster, nodes=[observation], now=now)
+    gpus_before = {u: g.settings for u, g in stored.items() if g.node_id == node.pk}
+    before, after = _settings_changes(host_before, host, gpus_before, gpus)
+    if after:
+        cause = (
+            f"after applying config {applied_id}"
+            if applied_id and applied_id != node.agent_config_id
+            else "with no new config from Tessera: changed on the node"
+        )
+        audit_record(
+            actor=Actor.system("tessera-agent"),
+            action="node.settings_reported",
+            obj=node,
+            before=before,
+            after=after,
+            message=f"The agent reported {len(after)} changed setting{'s' if len(after) != 1 else ''} {cause}.",
+            now=now,
+        )
     _record_events(node, report, stored, now)
     with connection.cursor() as cursor:
         cursor.executemany(
@@ -747,6 +783,7 @@ def _record_inventory(node: Node, report: Report, refresh: bool, digest: str, no
         agent_last_seen_at=now,
         agent_version=report.agent_version[:50],
         agent_config_id=applied_id,
+        agent_node_settings=_applied_node_settings(report),
         agent_report_hash=digest,
     )
     node.agent_config_id, node.agent_report_hash = applied_id, digest
@@ -754,6 +791,59 @@ def _record_inventory(node: Node, report: Report, refresh: bool, digest: str, no
     node.observed_mig_config = view.observed_mig_config
     node.observed_device_plugin_config = view.observed_device_plugin_config
     node.ready, node.gone_at = True, None
+
+
+def _gpu_settings(gpu: GpuReport) -> dict:
+    """The GPU's settings a QoS policy sets, as read (null where unreadable or from an older agent): what
+    Gpu.settings stores. Not the graphics clock now (it moves with load); NVML cannot read locked clocks back."""
+    return {
+        "compute_mode": gpu.compute_mode,
+        "persistence_mode": gpu.persistence_mode,
+        "power_limit_w": gpu.power_limit_w,
+        "applications_clock_mhz": gpu.applications_clock_mhz,
+        "max_graphics_clock_mhz": gpu.max_graphics_clock_mhz,
+    }
+
+
+def _applied_node_settings(report: Report) -> dict | None:
+    """The QoS node settings the agent last applied, as desired ({gpu, host}): what Node.agent_node_settings stores."""
+    applied = report.applied
+    return applied.node_settings.to_dict() if applied is not None and applied.node_settings is not None else None
+
+
+def _index_ranges(indexes: Sequence[int]) -> str:
+    """[0, 1, 2, 3, 5] -> "0-3,5"."""
+    runs: list[list[int]] = []
+    for index in sorted(indexes):
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
+
+
+def _settings_changes(
+    host_before: dict | None, host: dict, gpus_before: dict[str, dict | None], gpus: Sequence[GpuObservation]
+) -> tuple[dict, dict]:
+    """The reported settings that went from one value to another, as flat (before, after) dicts for the audit log:
+    `host.<key>` and `gpu<indexes>.<key>`, one key for the GPUs that made the same change (`gpu0-7.power_limit_w`).
+    A setting seen for the first time, or unreadable before or now, is not a change."""
+    before, after = {}, {}
+    for key, value in host.items():
+        old = (host_before or {}).get(key)
+        if old is not None and value is not None and old != value:
+            before[f"host.{key}"], after[f"host.{key}"] = old, value
+    changed: dict[tuple, list[int]] = {}
+    for gpu in gpus:
+        old_settings = gpus_before.get(gpu.uuid) or {}
+        for key, value in (gpu.settings or {}).items():
+            old = old_settings.get(key)
+            if old is not None and value is not None and old != value:
+                changed.setdefault((key, old, value), []).append(gpu.index)
+    for (key, old, value), indexes in changed.items():
+        name = f"gpu{_index_ranges(indexes)}.{key}"
+        before[name], after[name] = old, value
+    return before, after
 
 
 def _record_events(node: Node, report: Report, stored: dict[str, Gpu], now) -> None:
@@ -793,7 +883,7 @@ def _record_events(node: Node, report: Report, stored: dict[str, Gpu], now) -> N
         GpuEvent.objects.bulk_create(events, ignore_conflicts=True)
 
 
-def _metric_rows(db, node: Node, gpus: Sequence[GpuReport], metrics_at) -> list[tuple]:
+def _metric_rows(db, node: Node, gpus: Sequence[GpuMetrics | GpuReport], metrics_at) -> list[tuple]:
     """Parameters of `_metrics_sql` per GPU (no read first); `metrics_at` as the database takes it. Stored as
     reported: null where NVML has no figure (utilisation under MIG); ECC counters keep their last value when
     unreadable."""
@@ -852,11 +942,14 @@ def agent_outcome_record(*, node: Node, outcome: Outcome, now=None) -> bool:
         if node.config_state != ConfigState.FAILED:
             values["config_state_since"] = now
         if change.applied_mig_config:
-            # The config it tried is the one that failed: what the engine checks before failing and rolling back.
+            # The config it tried is the one that failed, as the node page shows it.
             values["observed_mig_config"] = change.applied_mig_config
         Node.objects.filter(pk=node.pk).update(**values)
+        from worker.services import node_change_failed_on_node  # worker.services imports the fleet models
+
+        node_change_failed_on_node(change_id=change.pk, message=outcome.message[:2000])
     elif outcome.status == "refused_busy":
-        from worker.services import node_change_refused_busy  # worker.services imports the fleet models
+        from worker.services import node_change_refused_busy
 
         node_change_refused_busy(change_id=change.pk, message=outcome.message[:2000], now=now)
     transaction.on_commit(lambda: _enqueue_step(change.pk, change.rollout_id))

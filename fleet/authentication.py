@@ -12,7 +12,7 @@ import threading
 from django.contrib.auth.models import AnonymousUser
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
-from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.throttling import SimpleRateThrottle
 
@@ -38,18 +38,17 @@ class AgentPrincipal(AnonymousUser):
 class AgentCredentialAuthentication(BaseAuthentication):
     """`Authorization: Bearer <credential>` → (AgentPrincipal, AgentCredential); unknown or revoked → 401."""
 
-    keyword = b"bearer"
+    keyword = "bearer"
 
     def authenticate(self, request):
-        header = get_authorization_header(request).split()
+        # The WSGI request's META itself: DRF's Request proxies every attribute through __getattr__, and this runs
+        # on every agent report.
+        header = request._request.META.get("HTTP_AUTHORIZATION", "").split()
         if not header or header[0].lower() != self.keyword:
             return None
-        if len(header) != 2:
+        if len(header) != 2 or not header[1].isascii():
             raise exceptions.AuthenticationFailed(REFUSED)
-        try:
-            secret = header[1].decode("ascii")
-        except UnicodeDecodeError:
-            raise exceptions.AuthenticationFailed(REFUSED) from None
+        secret = header[1]
         credential = agent_credential_authenticate(credential=secret)
         if credential is None:
             raise exceptions.AuthenticationFailed(REFUSED)

@@ -104,6 +104,17 @@ class Node(models.Model):
     agent_config_id = models.CharField(
         max_length=100, blank=True, help_text="The desired config the agent last reported as applied."
     )
+    agent_node_settings = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The QoS node settings the agent last applied, as desired ({gpu, host}); null: none reported.",
+    )
+    host_settings = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Host tuning as the agent read it: {thp, swappiness, cpu_governor, dirty_ratio, "
+        "dirty_background_ratio}, null where unreadable; null until an agent reports.",
+    )
     # Unchanged inventory (the usual report) skips the inventory write: only metrics and last-seen are stored.
     agent_report_hash = models.CharField(max_length=64, blank=True, editable=False)
     gone_at = models.DateTimeField(null=True, blank=True)
@@ -146,6 +157,12 @@ class Gpu(models.Model):
     mig_enabled = models.BooleanField(default=False)
     mig_pending = models.BooleanField(null=True, blank=True, help_text="MIG mode after the next reset, if different.")
     health = models.CharField(max_length=10, choices=GpuHealth.choices, default=GpuHealth.UNKNOWN)
+    settings = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Settings as the agent read them: {compute_mode, persistence_mode, power_limit_w, "
+        "applications_clock_mhz, max_graphics_clock_mhz}, null where unreadable; null until an agent reports.",
+    )
     ecc_dbe_total = models.PositiveIntegerField(default=0)
     ecc_sbe_total = models.PositiveIntegerField(default=0)
     last_xid = models.PositiveIntegerField(null=True, blank=True)

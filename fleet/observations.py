@@ -30,6 +30,8 @@ class GpuObservation:
     health: str = "unknown"
     # None: this report says nothing about MIG devices (leave them); a tuple: exactly these exist.
     mig_devices: tuple[MigDeviceObservation, ...] | None = None
+    # None: this source does not read GPU settings (leave them); a dict: {compute_mode, persistence_mode, ...}.
+    settings: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class NodeObservation:
     last_error: str = ""
     # None: this report says nothing about GPUs (leave them); a tuple: exactly these GPUs are present.
     gpus: tuple[GpuObservation, ...] | None = None
+    # None: this source does not read host tuning (leave it); a dict: {thp, swappiness, cpu_governor, ...}.
+    host_settings: dict | None = None
 
 
 @dataclass(frozen=True)

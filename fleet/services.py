@@ -265,6 +265,8 @@ def inventory_record(
     for name, obs in observed.items():
         node = existing.get(name)
         values = {f: getattr(obs, f) for f in NODE_FIELDS}
+        if obs.host_settings is not None:  # only agents read host tuning; other sources leave it
+            values["host_settings"] = obs.host_settings
         if node is None:
             node = Node(cluster=cluster, name=name, last_seen_at=now, config_state_since=now, **values)
             node.pool_id = _pool_for(obs.labels, selector_pools, None)
@@ -279,7 +281,7 @@ def inventory_record(
             changed.add("gone_at")
             node.gone_at = None
         if changed:
-            for f in changed & set(NODE_FIELDS):
+            for f in changed & set(values):
                 setattr(node, f, values[f])
             node.pool_id = pool_id
             if "config_state" in changed:
@@ -331,6 +333,8 @@ def _record_gpus(with_gpus: list[tuple[int, NodeObservation]], now, result: Inve
     for node_id, obs in with_gpus:
         for g in obs.gpus:
             values = {f: getattr(g, f) for f in GPU_FIELDS}
+            if g.settings is not None:  # only agents read GPU settings; other sources leave them
+                values["settings"] = g.settings
             gpu = existing.get(g.uuid)
             if gpu is None:
                 gpu = Gpu(node_id=node_id, uuid=g.uuid, **values)
@@ -344,7 +348,7 @@ def _record_gpus(with_gpus: list[tuple[int, NodeObservation]], now, result: Inve
                     gpu.gone_at = None
                     changed.add("gone_at")
                 if changed:
-                    for f in changed & set(GPU_FIELDS):
+                    for f in changed & set(values):
                         setattr(gpu, f, values[f])
                     gpu.updated_at = now
                     to_update.append(gpu)

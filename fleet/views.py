@@ -2,12 +2,14 @@
 the agents' join tokens."""
 
 from datetime import timedelta
+from types import SimpleNamespace
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Count, Max, Q, Subquery, Sum, Value
 from django.shortcuts import get_object_or_404, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -27,6 +29,7 @@ from fleet.querysets import agent_stale_cutoff
 from scheduling.selectors import desired_vs_observed, pool_states, upcoming_transitions
 from sharing.forms import QoSPolicyForm
 from sharing.models import NodePin, QoSComplianceReport, SharingProfile
+from sharing.qos import DIFFERS, SettingCheck, SettingsComparison, compare_node_settings
 from sharing.services import KUBELET_SETTINGS
 from worker.models import NodeChange
 
@@ -79,17 +82,66 @@ def _overview_stats() -> dict:
     return stats
 
 
-def _qos_rows(policy) -> list[dict]:
-    """The policy's GPU settings and host tuning as rows of label, value with its unit, and scope."""
-    return [
-        {
-            "label": QoSPolicyForm.base_fields[name].label,
-            "value": QoSPolicyForm.setting_display(policy, name),
-            "scope": "GPU" if section == "gpu" else "host",
-        }
-        for section, settings in policy.node_settings().items()
-        for name in settings
-    ]
+def _qos_rows(policy, comparison: SettingsComparison | None = None) -> list[dict]:
+    """The policy's GPU settings and host tuning as rows of label, value with its unit, and scope; with a comparison
+    (agent nodes), beside each what the node runs and whether that matches."""
+    checks = {(c.section, c.name): c for c in comparison.checks} if comparison else {}
+    rows = []
+    for section, settings in policy.node_settings().items():
+        for name in settings:
+            row = {
+                "label": QoSPolicyForm.base_fields[name].label,
+                "value": QoSPolicyForm.setting_display(policy, name),
+                "scope": "GPU" if section == "gpu" else "host",
+            }
+            if (section, name) in checks:
+                row.update(_observed_row(checks[section, name]))
+            rows.append(row)
+    return rows
+
+
+def _setting_display(name: str, value) -> str:
+    """A reported value as the policy editor shows its setting ("250 W", "On")."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return QoSPolicyForm.setting_display(SimpleNamespace(**{name: value}), name)
+
+
+def _observed_row(check: SettingCheck) -> dict:
+    """What the node runs for one setting, in words: its value(s), on how many GPUs, and where it comes from."""
+    values = [(_setting_display(check.name, value), count) for value, count in check.observed]
+    if check.section == "host" or check.agent_record:
+        observed = values[0][0] if values else ""
+        detail = ""
+        if check.agent_record and values:
+            detail = "as the agent set it: NVML cannot read it back"
+        elif check.agent_record:
+            detail = (
+                "the config the agent applied leaves it as it is"
+                if check.status == DIFFERS
+                else "NVML cannot read it back, and the agent reported no QoS settings applied"
+            )
+        return {"status": check.status, "observed": observed, "detail": detail}
+    if not check.gpus:
+        return {"status": check.status, "observed": "", "detail": "no GPUs reported"}
+    # Nothing read on any GPU: empty (the row says not reported); one value on every GPU: that value alone.
+    parts = values + ([("not reported", check.gpus_unreported)] if values and check.gpus_unreported else [])
+    if len(parts) == 1:
+        observed = parts[0][0]
+    else:
+        observed = ", ".join(f"{value} ({count} GPU{pluralize(count)})" for value, count in parts)
+    gpus = f"{check.gpus} GPU{pluralize(check.gpus)}"
+    if check.gpus == 1:
+        detail = ""  # nothing to count on a node with one GPU
+    elif check.gpus_differ == check.gpus:
+        detail = f"all {gpus} differ"
+    elif check.gpus_differ:
+        detail = f"{check.gpus_differ} of {gpus} differ{'s' if check.gpus_differ == 1 else ''}"
+    elif check.gpus_unreported:
+        detail = f"{check.gpus_unreported} of {gpus} not reported"
+    else:
+        detail = f"all {gpus}"
+    return {"status": check.status, "observed": observed, "detail": detail}
 
 
 def _agent_credential(node: Node) -> AgentCredential | None:
@@ -101,15 +153,21 @@ def _agent_credential(node: Node) -> AgentCredential | None:
 
 def _node_qos(node: Node) -> dict:
     """The node's QoS policy (from its pool or schedule window) with its node settings and kubelet expectations beside
-    what the kubelet runs; agent nodes apply the settings, others do not."""
+    what the node runs; agent nodes apply the settings and report them, others do not."""
     # A node's QoS policy always comes from its pool (a pin changes only its profile): desired_state without the pins.
     policy = pool_states([node.pool_id])[node.pool_id].qos_policy if node.pool_id else None
     qos = {"policy": policy, "agent_driven": node.cluster.driver == ClusterDriver.AGENT}
     if policy is None:
         return qos
     kubelet = node.kubelet_config or {}
+    desired, comparison = policy.node_settings(), None
+    if qos["agent_driven"] and (desired["gpu"] or desired["host"]):
+        gpus = list(node.gpus.live().order_by("index").values_list("settings", flat=True))
+        comparison = qos["comparison"] = compare_node_settings(
+            desired, host=node.host_settings, gpus=gpus, agent_record=node.agent_node_settings
+        )
     qos.update(
-        settings=_qos_rows(policy),
+        settings=_qos_rows(policy, comparison),
         kubelet=[
             {"setting": key, "expected": getattr(policy, field), "actual": kubelet.get(key)}
             for field, key in KUBELET_SETTINGS

@@ -195,3 +195,127 @@ def flagged_share(rules: WorkloadRules, pods: Sequence[PodView], gpus_per_node: 
     """(pods the rules would flag, pods observed): shown before a policy is attached."""
     flagged = {(v.namespace, v.name) for v in check_pods(rules, pods, gpus_per_node)}
     return len(flagged), len(pods)
+
+
+# --- QoS node settings: desired against what the node reported ------------------------------------------------------
+
+MATCHES, DIFFERS, NOT_REPORTED = "matches", "differs", "not_reported"
+# QoSPolicy.node_settings() keys, and the key of the agent's reading (Node.host_settings, Gpu.settings).
+HOST_READINGS = {
+    "transparent_hugepages": "thp",
+    "swappiness": "swappiness",
+    "cpu_governor": "cpu_governor",
+    "dirty_ratio": "dirty_ratio",
+    "dirty_background_ratio": "dirty_background_ratio",
+}
+# The other GPU settings (locked clocks, time slice, MPS daemon defaults) NVML cannot read back: the agent's record of
+# what it applied (Node.agent_node_settings) is all there is to compare them with.
+GPU_READINGS = {
+    "persistence_mode": "persistence_mode",
+    "compute_mode": "compute_mode",
+    "power_limit_w": "power_limit_w",
+}
+
+
+@dataclass(frozen=True)
+class SettingCheck:
+    """One desired node setting beside what the node runs; GPU settings counted over the node's GPUs."""
+
+    section: str  # gpu | host
+    name: str  # the key in QoSPolicy.node_settings()
+    desired: object
+    status: str  # matches | differs | not_reported
+    observed: tuple[tuple[object, int], ...] = ()  # (value, on how many GPUs; 1 for the host), most common first
+    gpus: int = 0  # GPUs compared
+    gpus_differ: int = 0
+    gpus_unreported: int = 0
+    agent_record: bool = False  # compared with what the agent says it set: NVML cannot read this setting back
+
+
+@dataclass(frozen=True)
+class SettingsComparison:
+    """Every desired node setting of a node against its report; `reported` is False until its agent reported any."""
+
+    checks: tuple[SettingCheck, ...]
+    reported: bool
+
+    @property
+    def differing(self) -> int:
+        return sum(c.status == DIFFERS for c in self.checks)
+
+    @property
+    def unreported(self) -> int:
+        return sum(c.status == NOT_REPORTED for c in self.checks)
+
+    @property
+    def status(self) -> str:
+        """awaiting (nothing reported yet) | differs | not_reported (none differs, some cannot be seen) | matches"""
+        if not self.reported:
+            return "awaiting"
+        if self.differing:
+            return DIFFERS
+        return NOT_REPORTED if self.unreported else MATCHES
+
+
+def _same(desired: object, observed: object) -> bool:
+    # 250 W asked, 250.0 W read: numbers compare as numbers; a bool is never a number here.
+    if isinstance(desired, bool) or isinstance(observed, bool):
+        return desired is observed
+    return desired == observed
+
+
+def _gpu_check(name: str, desired: object, readings: Sequence[object | None]) -> SettingCheck:
+    counts: dict = {}
+    differ = unreported = 0
+    for value in readings:
+        if value is None:
+            unreported += 1
+            continue
+        key = (type(value) is bool, value)  # True and 1 are different readings
+        counts[key] = counts.get(key, 0) + 1
+        differ += not _same(desired, value)
+    if differ:
+        status = DIFFERS
+    elif unreported or not readings:
+        status = NOT_REPORTED
+    else:
+        status = MATCHES
+    observed = tuple((value, n) for (_, value), n in sorted(counts.items(), key=lambda item: -item[1]))
+    return SettingCheck(
+        "gpu", name, desired, status, observed, gpus=len(readings), gpus_differ=differ, gpus_unreported=unreported
+    )
+
+
+def compare_node_settings(
+    desired: Mapping,
+    *,
+    host: Mapping | None,
+    gpus: Sequence[Mapping | None],
+    agent_record: Mapping | None,
+) -> SettingsComparison:
+    """Desired node settings (`QoSPolicy.node_settings()`) against the node's report: `host` its host tuning as read,
+    `gpus` each live GPU's settings as read (None: never reported), `agent_record` the node settings its agent last
+    applied (`{gpu, host}` as desired; the only source for what NVML cannot read back). A reading of None is not
+    reported (an older agent, or unreadable on that node)."""
+    checks = []
+    recorded = (agent_record or {}).get("gpu") or {}
+    for name, value in (desired.get("gpu") or {}).items():
+        if name in GPU_READINGS:
+            key = GPU_READINGS[name]
+            checks.append(_gpu_check(name, value, [(g or {}).get(key) for g in gpus]))
+        elif agent_record is None:
+            checks.append(SettingCheck("gpu", name, value, NOT_REPORTED, gpus=len(gpus), agent_record=True))
+        else:
+            # Absent from the record: the agent applied a config that leaves this setting as the GPU has it.
+            got = recorded.get(name)
+            status = MATCHES if got is not None and _same(value, got) else DIFFERS
+            observed = ((got, len(gpus)),) if got is not None else ()
+            checks.append(SettingCheck("gpu", name, value, status, observed, gpus=len(gpus), agent_record=True))
+    for name, value in (desired.get("host") or {}).items():
+        got = (host or {}).get(HOST_READINGS.get(name, name))
+        if got is None:
+            checks.append(SettingCheck("host", name, value, NOT_REPORTED))
+        else:
+            checks.append(SettingCheck("host", name, value, MATCHES if _same(value, got) else DIFFERS, ((got, 1),)))
+    reported = host is not None or any(g is not None for g in gpus)
+    return SettingsComparison(tuple(checks), reported)

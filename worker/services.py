@@ -440,10 +440,14 @@ def _step_verifying(driver: Driver, changes: list[NodeChange], now) -> None:
             continue
         # Agents show the config once applied, Kubernetes as soon as it is labelled: judge only a matching one.
         mig_is_ours = wants_mig and state.mig_config == change.applied_mig_config
+        # An agent says which config it runs: until it names this one (a QoS-only change moves neither labels nor
+        # resources), nothing it shows is this change's doing.
+        applied = state.config_id is None or state.config_id == to["config_id"]
         if mig_is_ours and state.mig_state == "failed":
             failed.append((change, "MIG Manager reported failed" + (f": {state.error}" if state.error else "")))
         elif (
-            (not wants_mig or (mig_is_ours and state.mig_state == "success"))
+            applied
+            and (not wants_mig or (mig_is_ours and state.mig_state == "success"))
             and state.device_plugin_config == to["device_plugin_config"]
             and _gpu_resources(state.allocatable) == _gpu_resources(to.get("allocatable"))
         ):
@@ -507,6 +511,16 @@ def _fail(driver: Driver, changes: list[NodeChange], reason: str) -> None:
         NodeChange.objects.filter(pk__in=[c.pk for c in cordoned if c.node.name not in errors]).update(
             cordoned_by_tessera=False
         )
+
+
+def node_change_failed_on_node(*, change_id: int, message: str) -> bool:
+    """A node agent reported that applying the change failed: fail it and roll back now rather than at the verify
+    deadline (a change that touches no MIG has no MIG state to show the failure). Returns whether it moved."""
+    change = NodeChange.objects.select_related("node__cluster", "rollout").filter(pk=change_id).first()
+    if change is None or change.status not in (ChangeStatus.APPLYING, ChangeStatus.VERIFYING):
+        return False
+    _fail(driver_for(change.node.cluster), [change], f"the agent reported failure: {message}")
+    return True
 
 
 def node_change_refused_busy(*, change_id: int, message: str, now=None) -> bool:

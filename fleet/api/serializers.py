@@ -1,14 +1,18 @@
 """Fleet objects as JSON, and input checked before it reaches the services (serializers never save)."""
 
+import typing
 from collections import defaultdict
 from functools import cached_property
 
 from django.db import models
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
+from agent import protocol
 from core.api.fields import RefField, ref
+from fleet.api.agent_serializers import protocol_serializer
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
 from fleet.querysets import is_stale
 
@@ -25,6 +29,7 @@ GPU_COLUMNS = (
     "mig_enabled",
     "mig_pending",
     "health",
+    "settings",
     "ecc_dbe_total",
     "ecc_sbe_total",
     "last_xid",
@@ -116,11 +121,32 @@ class PoolMembersSerializer(serializers.Serializer):
     nodes = RefField("node-detail", many=True, read_only=True)
 
 
+class GpuSettingsSerializer(serializers.Serializer):
+    """A GPU's settings as its agent last read them (Gpu.settings); null where unreadable or not sent by an older
+    agent. Locked clocks are not among them: NVML cannot read them back (see the node's agent_node_settings)."""
+
+    # Text, not an enum: the agent's report already names this set of values, and one set gets one component name.
+    compute_mode = serializers.CharField(
+        allow_null=True, help_text=f"One of {', '.join(typing.get_args(protocol.ComputeMode))}."
+    )
+    persistence_mode = serializers.BooleanField(allow_null=True)
+    power_limit_w = serializers.FloatField(allow_null=True, help_text="The enforced power limit (W).")
+    applications_clock_mhz = serializers.IntegerField(allow_null=True)
+    max_graphics_clock_mhz = serializers.IntegerField(allow_null=True)
+
+
 class NodeSerializer(serializers.ModelSerializer):
     """A node as last observed, with a summary of its live GPUs and whether its observations are stale."""
 
     cluster = RefField("cluster-detail", read_only=True)
     pool = RefField("nodepool-detail", read_only=True, allow_null=True)
+    host_settings = protocol_serializer(protocol.HostSettings)(
+        read_only=True, allow_null=True, help_text="Host tuning as the agent last read it; null until it reports."
+    )
+    agent_node_settings = serializers.SerializerMethodField(
+        help_text="The QoS GPU settings and host tuning the agent last applied, as desired (only those set, like "
+        "the desired config's node_settings); null: none reported."
+    )
     gpu_count = serializers.IntegerField(read_only=True)
     unhealthy_gpu_count = serializers.IntegerField(read_only=True)
     mean_utilization = serializers.FloatField(read_only=True, allow_null=True)
@@ -152,6 +178,8 @@ class NodeSerializer(serializers.ModelSerializer):
             "last_seen_at",
             "agent_last_seen_at",
             "agent_version",
+            "agent_node_settings",
+            "host_settings",
             "gone_at",
             "stale",
             "gpu_count",
@@ -169,6 +197,10 @@ class NodeSerializer(serializers.ModelSerializer):
     def get_stale(self, node) -> bool:
         return is_stale(node, self._now)  # the same rule as Node.objects.stale()
 
+    @extend_schema_field(protocol_serializer(protocol.NodeSettings)(allow_null=True))
+    def get_agent_node_settings(self, node) -> dict | None:
+        return node.agent_node_settings  # as stored: sparse, which a serializer would fill with nulls
+
 
 class GpuMigDeviceSerializer(serializers.ModelSerializer):
     """A MIG device as listed inside its GPU."""
@@ -184,6 +216,7 @@ class GpuSerializer(serializers.ModelSerializer):
     node = RefField("node-detail", read_only=True)
     cluster = RefField("cluster-detail", source="node.cluster", read_only=True)
     pool = RefField("nodepool-detail", source="node.pool", read_only=True, allow_null=True)
+    settings = GpuSettingsSerializer(read_only=True, allow_null=True)
     mig_devices = GpuMigDeviceSerializer(many=True, read_only=True)
 
     class Meta:

@@ -22,6 +22,9 @@ from agent.protocol import (
     RegisterRequest,
     RegisterResponse,
     Report,
+    ReportMetrics,
+    XidEvent,
+    inventory_digest,
 )
 
 MESSAGES = [
@@ -69,7 +72,7 @@ def test_the_contract_covers_the_endpoints_and_messages_of_the_brief():
     assert protocol.OUTCOME_PATH == "/api/v1/agent/outcome/"
     assert [f.name for f in dataclasses.fields(Report)] == [
         "agent_version", "hostname", "driver_version", "cuda_version", "numa_nodes", "gpus", "xid_events", "host",
-        "applied",
+        "applied", "inventory_digest",
     ]  # fmt: skip
     assert [f.name for f in dataclasses.fields(DesiredConfig)] == [
         "config_id", "change_id", "mig", "mps", "time_slice", "persistence_mode", "safety", "node_settings",
@@ -167,3 +170,47 @@ def test_what_the_servers_qos_policy_produces_parses():
     assert all(value is not None for value in dataclasses.asdict(full.gpu).values())
     assert all(value is not None for value in dataclasses.asdict(full.host).values())
     assert NodeSettings.from_dict(QoSPolicy(name="empty").node_settings()) == NodeSettings()
+
+
+def _report_of(backend, **changes) -> Report:
+    snapshot = backend.snapshot()
+    report = Report("0.1.0", snapshot.hostname, snapshot.driver_version, snapshot.cuda_version, snapshot.numa_nodes,
+                    snapshot.gpus, (), snapshot.host, None)  # fmt: skip
+    return dataclasses.replace(report, **changes)
+
+
+def test_the_inventory_digest_leaves_out_what_moves_and_keeps_what_is_configured():
+    from agent.backends.simulated import SimulatedBackend
+
+    backend = SimulatedBackend(seed=3, gpus=2, workload=False)
+    try:
+        first = _report_of(backend)
+        backend.sim.start_process(0, used_mib=1024)  # a job outside MIG: a metric
+        moved = _report_of(backend, agent_version="0.2.0", xid_events=(XidEvent(first.gpus[0].uuid, 13, "now"),))
+        assert moved.gpus[0].processes and not first.gpus[0].processes
+        assert inventory_digest(moved) == inventory_digest(first)
+        assert inventory_digest(dataclasses.replace(moved, inventory_digest="anything")) == inventory_digest(first)
+        thp = dataclasses.replace(first, host=dataclasses.replace(first.host, thp="always"))
+        powered = dataclasses.replace(first, gpus=(dataclasses.replace(first.gpus[0], power_limit_w=500.0),
+                                                   first.gpus[1]))  # fmt: skip
+        applied = dataclasses.replace(first, applied=AppliedState("cfg-1"))
+        digests = {inventory_digest(r) for r in (first, thp, powered, applied)}
+        assert len(digests) == 4
+    finally:
+        backend.close()
+
+
+def test_any_report_reads_as_its_metrics():
+    from agent.backends.simulated import SimulatedBackend
+
+    backend = SimulatedBackend(seed=3, gpus=2, workload=False)
+    try:
+        report = _report_of(backend)
+        report = dataclasses.replace(report, inventory_digest=inventory_digest(report))
+        metrics = ReportMetrics.from_dict(json.loads(json.dumps(report.to_dict())))
+        assert metrics.inventory_digest == report.inventory_digest and metrics.hostname == report.hostname
+        assert [(m.uuid, m.temperature_c, m.power_w) for m in metrics.gpus] == [
+            (g.uuid, g.temperature_c, g.power_w) for g in report.gpus
+        ]
+    finally:
+        backend.close()

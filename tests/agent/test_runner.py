@@ -15,6 +15,7 @@ from agent.protocol import (
     NodeSettings,
     SafetySettings,
     TimeSliceSettings,
+    inventory_digest,
 )
 from agent.runner import (
     CREDENTIAL_FILE,
@@ -436,3 +437,13 @@ def test_a_policy_time_slice_replaces_the_sharing_one_without_a_detour(fake_serv
     agent.cycle()
     assert fake_server.outcomes[-1].message == "time slice back to default"
     assert [gpu.time_slice for gpu in backend.sim.gpus] == [0, 0]
+
+
+def test_reports_carry_the_digest_of_their_inventory(fake_server, make_agent, make_backend):
+    backend = make_backend()
+    agent = make_agent(backend)
+    agent.cycle()
+    backend.sim.start_process(0, used_mib=512)
+    agent.cycle()
+    first, second = fake_server.reports[-2:]
+    assert first.inventory_digest == inventory_digest(first) == second.inventory_digest == inventory_digest(second)

@@ -20,7 +20,17 @@ from rest_framework.test import APIClient
 
 from agent import protocol
 from agent.backends.simulated import SimulatedBackend
-from agent.protocol import AppliedState, DesiredConfig, MpsSettings, Outcome, Report, TimeSliceSettings, XidEvent
+from agent.protocol import (
+    AppliedState,
+    DesiredConfig,
+    MpsSettings,
+    NodeSettings,
+    Outcome,
+    Report,
+    TimeSliceSettings,
+    XidEvent,
+    inventory_digest,
+)
 from core.audit import Actor
 from core.models import AuditEvent
 from fleet import agent_selectors, agent_services
@@ -287,6 +297,42 @@ def test_the_same_report_twice_changes_no_rows_and_costs_two_writes(node_a):
     # metrics of the GPUs (one executemany) and the node's last-seen.
     statements = [q["sql"].split(" SET ")[0] for q in queries if "SAVEPOINT" not in q["sql"]]  # the test's atomic
     assert statements == ['2 times: UPDATE "fleet_gpu"', 'UPDATE "fleet_node"'], statements
+
+
+def _vouched(report: Report) -> Report:
+    """The report as the agent sends it: with the digest of its inventory."""
+    return dataclasses.replace(report, inventory_digest=inventory_digest(report))
+
+
+def test_a_report_of_recorded_inventory_is_read_for_its_metrics_alone(node_a):
+    backend, node, client = node_a
+    first = _vouched(_report(backend))
+    client.post(REPORT, first.to_dict(), format="json")  # inventory the server has not seen: read whole
+    assert Node.objects.get(pk=node.pk).agent_report_hash == first.inventory_digest
+    backend.sim.start_process(1, used_mib=4096)
+    body = _vouched(_report(backend)).to_dict()
+    # The digest vouches for the inventory, sent and validated before (a credential speaks for its node only).
+    body["driver_version"] = "999.0"
+    assert client.post(REPORT, body, format="json").json() == {"desired_config_id": None}
+    assert Node.objects.get(pk=node.pk).driver_version == first.driver_version
+    assert Gpu.objects.get(node=node, index=1).processes[0]["used_memory_mib"] == 4096
+    # The metrics it reads are validated like any report's.
+    body["gpus"][0]["utilization_pct"] = "high"
+    answer = client.post(REPORT, body, format="json")
+    assert answer.status_code == 400 and list(answer.json()["errors"]) == ["gpus[0].utilization_pct"]
+
+
+def test_a_report_with_a_digest_the_server_has_not_recorded_or_with_events_is_read_whole(node_a):
+    backend, node, client = node_a
+    client.post(REPORT, _vouched(_report(backend)).to_dict(), format="json")
+    upgraded = _vouched(dataclasses.replace(_report(backend), driver_version="999.0"))
+    client.post(REPORT, upgraded.to_dict(), format="json")
+    assert Node.objects.get(pk=node.pk).driver_version == "999.0"
+    uuid = backend.snapshot().gpus[0].uuid
+    with_xid = _vouched(dataclasses.replace(upgraded, xid_events=(XidEvent(uuid, 79, "2026-11-22T01:00:00Z"),)))
+    assert with_xid.inventory_digest == upgraded.inventory_digest  # events are no inventory, but are read
+    client.post(REPORT, with_xid.to_dict(), format="json")
+    assert list(GpuEvent.objects.values_list("code", flat=True)) == [79]
 
 
 def test_unchanged_reports_are_written_by_the_next_flush_when_buffered(node_a, settings, monkeypatch):
@@ -569,6 +615,70 @@ def test_failed_outcome_fails_the_change_and_rolls_back(rollout_on_a, django_cap
     assert node.config_state == "failed"
 
 
+def _roll_out_and_apply(client, backend) -> NodeChange:
+    """Plan, start and step the rollout of node A's pool; return its change, verifying (the agent's turn)."""
+    (rollout_id,) = reconcile.reconcile()
+    change_ids = worker_services.rollout_advance(rollout_id)
+    worker_services.node_changes_step(change_ids)
+    return NodeChange.objects.get(pk=change_ids[0])
+
+
+def _applied(change: NodeChange) -> AppliedState:
+    """What the agent reports once it applied the change."""
+    settings = change.to_config.get("node_settings")
+    return AppliedState(
+        change.to_config["config_id"],
+        mig_selected=change.applied_mig_config,
+        node_settings=NodeSettings.from_dict(settings) if settings else None,
+    )
+
+
+@pytest.fixture
+def qos_rollout_on_a(node_a, admin_user):
+    """Node A runs whole GPUs (applied and verified), then its pool gets a QoS policy: the new change moves no
+    label, no MIG config and no GPU resource, only what the agent applies."""
+    backend, node, client = node_a
+    client.post(REPORT, _report(backend).to_dict(), format="json")
+    pool = NodePoolFactory(cluster=node.cluster)
+    Node.objects.filter(pk=node.pk).update(pool=pool)
+    actor = Actor.for_user(admin_user)
+    whole = sharing_services.profile_create(actor=actor, name="whole", mode="passthrough", target_products=[H100])
+    sharing_services.pool_set_profile(actor=actor, pool=pool, profile=whole)
+    first = _roll_out_and_apply(client, backend)
+    client.post(REPORT, _report(backend, applied=_applied(first)).to_dict(), format="json")
+    worker_services.node_changes_step([first.pk])
+    assert NodeChange.objects.get(pk=first.pk).status == ChangeStatus.SUCCEEDED
+    policy = sharing_services.qos_policy_create(actor=actor, name="training", transparent_hugepages="always")
+    sharing_services.pool_set_qos_policy(actor=actor, pool=pool, policy=policy)
+    return backend, node, client, _roll_out_and_apply(client, backend)
+
+
+def test_a_qos_only_change_is_verified_only_once_the_agent_names_its_config(qos_rollout_on_a):
+    backend, node, client, change = qos_rollout_on_a
+    assert change.to_config["node_settings"] == {"gpu": {}, "host": {"transparent_hugepages": "always"}}
+    # Labels, MIG config and resources already look as wanted; the agent has not applied the settings yet.
+    worker_services.node_changes_step([change.pk])
+    change.refresh_from_db()
+    assert change.status == ChangeStatus.VERIFYING
+    client.post(REPORT, _report(backend, applied=_applied(change)).to_dict(), format="json")
+    worker_services.node_changes_step([change.pk])
+    change.refresh_from_db()
+    assert change.status == ChangeStatus.SUCCEEDED
+
+
+def test_a_failed_outcome_of_a_change_without_mig_fails_it_at_once(
+    qos_rollout_on_a, django_capture_on_commit_callbacks
+):
+    backend, node, client, change = qos_rollout_on_a
+    config_id = change.to_config["config_id"]
+    outcome = Outcome(change.pk, config_id, "failed", "writing THP: permission denied", _report(backend))
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(OUTCOME, outcome.to_dict(), format="json")
+    change.refresh_from_db()
+    assert change.status in (ChangeStatus.FAILED, ChangeStatus.ROLLED_BACK)  # long before the verify deadline
+    assert change.error.startswith("the agent reported failure: writing THP: permission denied")
+
+
 @pytest.mark.parametrize(("policy", "expected"), [("wait", ChangeStatus.FAILED), ("skip", ChangeStatus.SKIPPED)])
 def test_refused_busy_goes_back_to_the_busy_policy(rollout_on_a, policy, expected, django_capture_on_commit_callbacks):
     backend, node, client, change = rollout_on_a
@@ -693,4 +803,9 @@ def test_openapi_schema_documents_the_agent_endpoints():
     ] in ([], [{}])
     assert schema["components"]["securitySchemes"]["agentCredential"]["scheme"] == "bearer"
     report = schema["components"]["schemas"]["AgentReportRequest"]
-    assert set(report["required"]) == {f.name for f in dataclasses.fields(Report)}
+    assert set(report["required"]) == {
+        f.name
+        for f in dataclasses.fields(Report)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    assert "inventory_digest" in report["properties"]

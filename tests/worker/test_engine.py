@@ -60,7 +60,7 @@ def fleet(admin_user):
 
 
 def _report_applied(cluster, change: NodeChange, *, state="success", allocatable=None):
-    """What an agent reports after applying: the config names it now runs, its state and resources."""
+    """What an agent reports after applying: the config (id and names) it now runs, its state and resources."""
     to = change.to_config
     obs = _observation(
         change.node.name,
@@ -71,6 +71,7 @@ def _report_applied(cluster, change: NodeChange, *, state="success", allocatable
         mig=True,
     )
     fleet_services.inventory_record(cluster=cluster, nodes=[obs])
+    Node.objects.filter(pk=change.node_id).update(agent_config_id=to["config_id"])
 
 
 def _run(rollout, cluster, *, report=True):

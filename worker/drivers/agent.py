@@ -51,6 +51,7 @@ class AgentDriver:
                 allocatable=n.allocatable,
                 exists=n.gone_at is None,
                 error=n.last_error,
+                config_id=n.agent_config_id,
             )
             for n in nodes
         }

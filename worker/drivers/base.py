@@ -35,6 +35,9 @@ class NodeState:
     unschedulable: bool = False
     exists: bool = True
     error: str = ""
+    # The desired config id the node says it applied: agents report it; Kubernetes has none (None), so its
+    # changes are judged from labels and allocatable alone.
+    config_id: str | None = None
 
 
 @dataclass(frozen=True)
