@@ -471,18 +471,24 @@ def scrape_metrics(cluster) -> SyncResult:
     return SyncResult("", len(rows), sum(len(g) for g in scraped.values()), changed, recorded)
 
 
+def _container_resources(container: dict) -> dict:
+    """A container as Kubernetes shapes it, cut to what the QoS rules read (sharing.qos.qos_class)."""
+    resources = container.get("resources") or {}
+    return {
+        "name": container.get("name", ""),
+        "resources": {"requests": resources.get("requests") or {}, "limits": resources.get("limits") or {}},
+    }
+
+
 def pod_observation(pod: dict) -> PodObservation:
     meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
     owner = next((ref for ref in meta.get("ownerReferences") or [] if ref.get("controller")), None)
     owner = owner or next(iter(meta.get("ownerReferences") or []), {})
-    containers = [
-        {
-            "name": c.get("name", ""),
-            "requests": (c.get("resources") or {}).get("requests") or {},
-            "limits": (c.get("resources") or {}).get("limits") or {},
-        }
-        for c in spec.get("containers") or []
-    ]
+    kept = {
+        kind: [_container_resources(c) for c in spec.get(kind) or []]
+        for kind in ("containers", "initContainers")
+        if spec.get(kind)
+    }
     return PodObservation(
         namespace=meta["namespace"],
         name=meta["name"],
@@ -493,7 +499,7 @@ def pod_observation(pod: dict) -> PodObservation:
         owner_kind=owner.get("kind", ""),
         owner_name=owner.get("name", ""),
         gpu_resources=pod_gpu_resources(pod),
-        spec={"containers": containers, "tolerations": spec.get("tolerations") or []},
+        spec={**kept, "tolerations": spec.get("tolerations") or []},
     )
 
 

@@ -10,6 +10,7 @@ from kubernetes import client, config
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleet.models import Cluster, Gpu, MigDevice, Node, Pod
+from sharing.qos import qos_class
 from simulator import Simulator
 from simulator.resources import NODES, PODS
 from tests.factories import ClusterFactory
@@ -154,7 +155,9 @@ def test_pods_holding_gpus_are_recorded_per_node(sim, cluster):
     assert pod.gpu_resources == {"nvidia.com/gpu": 2}
     assert (pod.owner_kind, pod.priority_class) == ("Job", "batch-low")
     assert pod.qos_class in ("Guaranteed", "Burstable", "BestEffort") and pod.uid
-    assert pod.spec["containers"][0]["limits"]["nvidia.com/gpu"] == "2"
+    assert pod.spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    # The stored spec keeps what the QoS rules read: computing the class from it gives the API server's answer.
+    assert {p.name: qos_class(p.spec) for p in Pod.objects.all()} == {p.name: p.qos_class for p in Pod.objects.all()}
     removed = sim.remove_workload(6)
     assert len(removed) == 6
     sync.sync_pods(cluster)
