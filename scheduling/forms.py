@@ -193,6 +193,12 @@ class DayNightForm(forms.Form):
     pool = PoolChoiceField()
     day_profile = forms.ModelChoiceField(queryset=_profiles(), empty_label="Choose…", label="Day profile")
     night_profile = forms.ModelChoiceField(queryset=_profiles(), empty_label="Choose…", label="Night profile")
+    day_qos_policy = forms.ModelChoiceField(
+        queryset=_policies(), required=False, empty_label="The pool's default QoS policy", label="Day QoS policy"
+    )
+    night_qos_policy = forms.ModelChoiceField(
+        queryset=_policies(), required=False, empty_label="The pool's default QoS policy", label="Night QoS policy"
+    )
     time_zone = forms.CharField(max_length=64, initial="UTC", widget=TimeZoneInput, help_text="IANA name")
     day_start = forms.TimeField(initial=time(8), widget=TimeInput, label="Day starts")
     day_end = forms.TimeField(initial=time(20), widget=TimeInput, label="Day ends")

@@ -170,21 +170,31 @@ def schedule_create_day_night(
     day_profile,
     night_profile,
     time_zone: str,
+    day_qos_policy=None,
+    night_qos_policy=None,
     day_start: time = time(8),
     day_end: time = time(20),
     weekdays=(0, 1, 2, 3, 4),
     **values,
 ) -> Schedule:
-    """The day/night preset: `day_profile` in working hours on weekdays, `night_profile` otherwise — a plain
-    schedule with one window, editable like any other."""
+    """The day/night preset: `day_profile` (and `day_qos_policy`) in working hours on weekdays, the night pair
+    otherwise — a plain schedule with one window, editable like any other. No QoS policy: the pool's own."""
     return schedule_create(
         actor=actor,
         pool=pool,
         name=values.pop("name", f"{pool.name} day/night"),
         time_zone=time_zone,
         baseline_profile=night_profile,
+        baseline_qos_policy=night_qos_policy,
         windows=[
-            {"name": "day", "weekdays": list(weekdays), "start": day_start, "end": day_end, "profile": day_profile}
+            {
+                "name": "day",
+                "weekdays": list(weekdays),
+                "start": day_start,
+                "end": day_end,
+                "profile": day_profile,
+                "qos_policy": day_qos_policy,
+            }
         ],
         **values,
     )

@@ -1,5 +1,5 @@
-"""Real processes for integration tests: a Celery worker on a chosen broker and a gunicorn web server, sharing
-the test database."""
+"""Real processes for integration tests: a Celery worker on a chosen broker, a gunicorn web server sharing the test
+database, and the node agent on simulated GPUs."""
 
 import os
 import signal
@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from django.db import connection
 
@@ -116,3 +117,26 @@ def wait_until(predicate, *, timeout: float = 60, interval: float = 0.2, message
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+
+
+def simulated_agent(
+    url: str, state_dir: Path, var_dir: Path, *extra: str, seed: int, join_token: str = "", name: str = "agent"
+) -> tuple[subprocess.Popen, IO[bytes]]:
+    """Start `python -m agent --simulate` (2 idle H100s, one report a second) against `url`; the join token goes by
+    environment, the output to `<var_dir>/<name>.log`. Returns (process, log file) for `finish`."""
+    log = open(var_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed by finish
+    cmd = [sys.executable, "-m", "agent", "--server", url, "--simulate", "--seed", str(seed), "--gpus", "2",
+           "--no-workload", "--interval", "1", "--state-dir", str(state_dir), *extra]  # fmt: skip
+    env = child_env(var_dir, "memory://", TESSERA_JOIN_TOKEN=join_token)
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log
+
+
+def finish(proc: subprocess.Popen, log: IO[bytes], *, timeout: float = 20) -> int:
+    """Wait for the process to exit (killed after `timeout` seconds) and close its log; returns its exit code."""
+    try:
+        return proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()

@@ -1,6 +1,7 @@
 """Schedules as JSON, windows and exception dates nested; transitions with UTC and local times."""
 
 import zoneinfo
+from datetime import time
 
 from rest_framework import serializers
 
@@ -71,9 +72,13 @@ class DayNightSerializer(serializers.Serializer):
     pool = serializers.PrimaryKeyRelatedField(queryset=NodePool.objects.all())
     day_profile = serializers.PrimaryKeyRelatedField(queryset=SharingProfile.objects.all())
     night_profile = serializers.PrimaryKeyRelatedField(queryset=SharingProfile.objects.all())
+    day_qos_policy = serializers.PrimaryKeyRelatedField(queryset=QoSPolicy.objects.all(), allow_null=True, default=None)
+    night_qos_policy = serializers.PrimaryKeyRelatedField(
+        queryset=QoSPolicy.objects.all(), allow_null=True, default=None
+    )
     time_zone = serializers.CharField()
-    day_start = serializers.TimeField(default="08:00")
-    day_end = serializers.TimeField(default="20:00")
+    day_start = serializers.TimeField(default=time(8))
+    day_end = serializers.TimeField(default=time(20))
     weekdays = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=6), default=[0, 1, 2, 3, 4])
 
     validate_time_zone = ScheduleSerializer.validate_time_zone

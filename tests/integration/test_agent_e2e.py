@@ -7,9 +7,6 @@ after revocation the agent exits with code 3 and the server's message.
 
 import shutil
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -19,7 +16,7 @@ from fleet.models import Gpu, MigDevice, Node
 from sharing import services as sharing_services
 from sharing.mig import get_product
 from tests.factories import ClusterFactory, NodePoolFactory, UserFactory
-from tests.processes import ROOT, child_env, wait_until, web_server
+from tests.processes import finish, simulated_agent, wait_until, web_server
 from worker import reconcile
 from worker.choices import ChangeStatus
 from worker.models import NodeChange, Rollout
@@ -34,25 +31,6 @@ SEED = 7
 HOSTNAME = f"sim-node-{SEED}"  # the simulated host's name for this seed
 
 
-def _agent(url: str, state_dir: Path, tmp_path: Path, *extra: str, join_token: str = "", name: str = "agent"):
-    """Start `python -m agent --simulate` (2 idle H100s, one report a second); the join token goes by environment."""
-    log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115 - closed by _finish
-    cmd = [sys.executable, "-m", "agent", "--server", url, "--simulate", "--seed", str(SEED), "--gpus", "2",
-           "--no-workload", "--interval", "1", "--state-dir", str(state_dir), *extra]  # fmt: skip
-    env = child_env(tmp_path, "memory://", TESSERA_JOIN_TOKEN=join_token)
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log
-
-
-def _finish(proc, log, *, timeout: float = 20) -> int:
-    try:
-        return proc.wait(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
 def test_agent_registers_applies_a_rollout_goes_stale_and_is_revoked(tmp_path, settings):
     settings.TESSERA = {**settings.TESSERA, "AGENT_INTERVAL_SECONDS": 1}  # stale after 3 missed seconds
     admin = UserFactory(username="admin", role="admin")
@@ -62,7 +40,7 @@ def test_agent_registers_applies_a_rollout_goes_stale_and_is_revoked(tmp_path, s
     state_dir = tmp_path / "state"
 
     with web_server(tmp_path, TESSERA_AGENT_INTERVAL_SECONDS="1") as url:
-        proc, log = _agent(url, state_dir, tmp_path, join_token=join_token)
+        proc, log = simulated_agent(url, state_dir, tmp_path, seed=SEED, join_token=join_token)
         try:
             node = wait_until(
                 lambda: Node.objects.filter(cluster=cluster, name=HOSTNAME, last_seen_at__isnull=False).first(),
@@ -105,20 +83,22 @@ def test_agent_registers_applies_a_rollout_goes_stale_and_is_revoked(tmp_path, s
             other_state = tmp_path / "other"
             other_state.mkdir(mode=0o700)
             shutil.copy(state_dir / "credential.json", other_state / "credential.json")
-            other, other_log = _agent(url, other_state, tmp_path, "--hostname", "intruder", "--once", name="other")
-            assert _finish(other, other_log) == 3
+            other, other_log = simulated_agent(
+                url, other_state, tmp_path, "--hostname", "intruder", "--once", seed=SEED, name="other"
+            )
+            assert finish(other, other_log) == 3
             assert f"belongs to node {HOSTNAME}" in (tmp_path / "other.log").read_text()
             assert not Node.objects.filter(name="intruder").exists()
         finally:
             proc.send_signal(signal.SIGTERM)
-            assert _finish(proc, log) == 0
+            assert finish(proc, log) == 0
 
         wait_until(lambda: Node.objects.stale().filter(pk=node.pk).exists(), timeout=10, message="the node to go stale")
         assert not reconcile.reconcilable_nodes().filter(pk=node.pk).exists()
 
         agent_services.node_agent_revoke(actor=actor, node=node)
-        proc, log = _agent(url, state_dir, tmp_path, name="revoked")
-        assert _finish(proc, log) == 3
+        proc, log = simulated_agent(url, state_dir, tmp_path, seed=SEED, name="revoked")
+        assert finish(proc, log) == 3
         output = (tmp_path / "revoked.log").read_text()
         assert "the server refused the agent credential: Agent credential revoked or unknown." in output
         assert join_token not in output

@@ -53,6 +53,26 @@ def test_day_night_preset_drives_desired_state_at_local_times(setup):
     assert desired_state(node, at=datetime(2026, 3, 28, 12, 0, tzinfo=UTC)).profile == night  # Saturday
 
 
+def test_day_night_preset_switches_the_qos_policy_with_the_profile(setup, admin_api):
+    actor, pool, day, night = setup
+    inference = sharing_services.qos_policy_create(actor=actor, name="inference", transparent_hugepages="never")
+    training = sharing_services.qos_policy_create(actor=actor, name="training", transparent_hugepages="always")
+    body = {"pool": pool.pk, "day_profile": day.pk, "night_profile": night.pk, "time_zone": "UTC"}
+    bad = admin_api.post("/api/v1/schedules/day-night/", {**body, "day_qos_policy": 999999}, format="json")
+    assert bad.status_code == 400 and "day_qos_policy" in bad.json()["errors"]
+    created = admin_api.post(
+        "/api/v1/schedules/day-night/",
+        {**body, "day_qos_policy": inference.pk, "night_qos_policy": training.pk},
+        format="json",
+    )
+    assert created.status_code == 201, created.json()
+    node = Node.objects.first()
+    monday = datetime(2026, 3, 30, 12, 0, tzinfo=UTC)
+    assert (desired_state(node, at=monday).profile, desired_state(node, at=monday).qos_policy) == (day, inference)
+    sunday = datetime(2026, 3, 29, 12, 0, tzinfo=UTC)
+    assert (desired_state(node, at=sunday).profile, desired_state(node, at=sunday).qos_policy) == (night, training)
+
+
 def test_pin_beats_schedule_and_disabled_schedule_falls_back_to_pool_default(setup):
     actor, pool, day, night = setup
     schedule = _day_night(actor, pool, day, night)

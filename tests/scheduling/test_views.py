@@ -12,7 +12,7 @@ from scheduling import services
 from scheduling.models import Schedule
 from scheduling.views import TL_HOUR, TL_LABEL, value_labeller, week_timeline
 from sharing import services as sharing_services
-from sharing.models import PoolSharing
+from sharing.models import PoolSharing, QoSPolicy
 from tests.factories import ClusterFactory, GpuFactory, NodeFactory, NodePoolFactory
 
 pytestmark = pytest.mark.django_db
@@ -343,10 +343,13 @@ def test_editor_posts_the_form_for_a_live_timeline(client, admin_user, pool, pro
 
 def test_day_night_preset_creates_a_plain_schedule(client, admin_user, pool, profiles):
     mig, whole = profiles
+    inference = QoSPolicy.objects.create(name="inference", transparent_hugepages="never")
     data = {
         "pool": pool.pk,
         "day_profile": mig.pk,
         "night_profile": whole.pk,
+        "day_qos_policy": inference.pk,
+        "night_qos_policy": "",
         "time_zone": "Europe/Berlin",
         "day_start": "07:00",
         "day_end": "19:00",
@@ -364,7 +367,9 @@ def test_day_night_preset_creates_a_plain_schedule(client, admin_user, pool, pro
         "drain",
         15,
     )
-    assert (schedule.windows.get().start, schedule.windows.get().profile) == (time(7), mig)
+    window = schedule.windows.get()
+    assert (window.start, window.profile, window.qos_policy) == (time(7), mig, inference)
+    assert schedule.baseline_qos_policy is None
     response = client.post(reverse("scheduling:schedule_daynight"), data)
     assert response.status_code == 409 and b"already has a schedule" in response.content
 
