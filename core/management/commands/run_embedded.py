@@ -1,12 +1,15 @@
 """`make run`: migrate, ensure an admin login, start the simulated GPU fleet and register it, then supervise
-web + worker + beat + the cluster watcher + the simulator until Ctrl-C.
+web + worker + beat + the cluster watcher + the simulator + a lab of simulated node agents until Ctrl-C.
 
 The simulator (`python -m simulator`, an emulated Kubernetes API with NVIDIA's GPU Operator) is the live demo:
-the UI shows what the watcher reads from it. The old seeded rows (`seed_demo`) only come with --with-seed-demo.
+the UI shows what the watcher reads from it. The agent lab (`python -m agent.fleet`) is a second cluster, demo-lab,
+driven by Tessera's own node agent over simulated NVML: no GPU Operator, settings applied by the agents. The old
+seeded rows (`seed_demo`) only come with --with-seed-demo.
 """
 
 import os
 import secrets
+import shutil
 import signal
 import socket
 import ssl
@@ -14,18 +17,23 @@ import subprocess
 import sys
 import time
 import urllib.request
+from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from core.roles import Role
 from fleet.models import Node
 
 STOP_TIMEOUT = 15
 SIM_CLUSTER = "demo-sim"
+LAB_CLUSTER, LAB_POOL = "demo-lab", "lab-h100"
+LAB_PRODUCT = "NVIDIA-H100-80GB-HBM3"  # agent.backends.simulated's default product
+LAB_TOKEN_LIFETIME = timedelta(hours=1)  # only agents without a stored credential use it, at start-up
 
 
 def _free_port() -> int:
@@ -59,8 +67,14 @@ class Command(BaseCommand):
         parser.add_argument("--no-sim", action="store_true", help="Do not start the simulated GPU fleet.")
         parser.add_argument("--sim-nodes", type=int, default=int(os.environ.get("TESSERA_SIM_NODES", "60")))
         parser.add_argument("--sim-port", type=int, default=int(os.environ.get("TESSERA_SIM_PORT", "0")))
+        parser.add_argument(
+            "--sim-agents",
+            type=int,
+            default=int(os.environ.get("TESSERA_SIM_AGENTS", "4")),
+            help="Simulated node agents in cluster demo-lab (0: none).",
+        )
 
-    def handle(self, *args, host, port, with_seed_demo, no_sim, sim_nodes, sim_port, **options):
+    def handle(self, *args, host, port, with_seed_demo, no_sim, sim_nodes, sim_port, sim_agents, **options):
         settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
@@ -110,6 +124,10 @@ class Command(BaseCommand):
             if not no_sim:
                 banner = self._start_simulator(children, python, env, sim_nodes, sim_port)
                 commands["watcher"] = [python, str(settings.BASE_DIR / "manage.py"), "watch_clusters", "--rescan", "10"]
+            if not no_sim and sim_agents > 0:
+                local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+                commands["agents"], lab_banner = self._agent_lab(python, f"http://{local}:{port}", sim_agents)
+                banner += lab_banner
             for name, cmd in commands.items():
                 children[name] = subprocess.Popen(cmd, env=env, start_new_session=True)
         except (Exception, KeyboardInterrupt) as exc:
@@ -129,6 +147,10 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, lambda *a: stopping.append(True))
         while not stopping:
             dead = [name for name, proc in children.items() if proc.poll() is not None]
+            if "agents" in dead:  # the demo lab is not Tessera: its end is reported, the rest keeps running
+                self.stderr.write("The simulated agents exited (their log is above); Tessera keeps running.")
+                del children["agents"]
+                dead.remove("agents")
             if dead:
                 self.stderr.write(f"{', '.join(dead)} exited; stopping the others.")
                 break
@@ -207,6 +229,44 @@ class Command(BaseCommand):
             f"  kubeconfig: {kubeconfig}",
             f"  try: {kubectl}",
         ]
+
+    def _agent_lab(self, python: str, server: str, count: int) -> tuple[list[str], list[str]]:
+        """Register cluster demo-lab (agent driver) with a selector pool for its H100 nodes, and a join token for
+        `count` simulated agents; returns their command and the banner lines. Their credentials live in
+        var/agents and are reused across restarts; a new database starts them afresh."""
+        from core.audit import Actor
+        from fleet import agent_services
+        from fleet import services as fleet_services
+        from fleet.models import Cluster, NodePool
+
+        state_root = settings.VAR_DIR / "agents"
+        cluster = Cluster.objects.filter(name=LAB_CLUSTER).first()
+        if cluster is None:
+            cluster = fleet_services.cluster_create(
+                name=LAB_CLUSTER,
+                description="Simulated nodes driven by Tessera's node agent, started by `make run` "
+                "(python -m agent.fleet).",
+                driver="agent",
+            )
+            shutil.rmtree(state_root, ignore_errors=True)  # credentials of a former database are refused
+        if not NodePool.objects.filter(cluster=cluster, name=LAB_POOL).exists():
+            fleet_services.pool_create(
+                cluster=cluster,
+                name=LAB_POOL,
+                description="The lab's H100 nodes (selector on the GPU Feature Discovery label the agents report).",
+                node_selector=f"nvidia.com/gpu.product={LAB_PRODUCT}",
+            )
+        _, token = agent_services.agent_join_token_create(
+            actor=Actor.system("make run"),
+            cluster=cluster,
+            name=f"make run {time.strftime('%Y-%m-%d %H:%M')}",
+            description="Joins the simulated agents of the demo lab.",
+            expires_at=timezone.now() + LAB_TOKEN_LIFETIME,
+            max_uses=count,
+        )
+        command = [python, "-m", "agent.fleet", "--server", server, "--join-token", token, "--count", str(count),
+                   "--state-root", str(state_root), "--product", LAB_PRODUCT]  # fmt: skip
+        return command, [f"Agent lab: cluster {LAB_CLUSTER}, {count} simulated agent nodes in pool {LAB_POOL}"]
 
     def _ensure_admin(self) -> str:
         """Create the admin login once: from TESSERA_ADMIN_USERNAME/PASSWORD, or a generated password shown now."""
