@@ -509,6 +509,19 @@ def test_all_pods_comply(client, viewer, actor, mig_pool):
     assert "All 2 pods comply with anyone." in html and "expects nothing of the kubelet" in html
 
 
+def test_an_agent_pool_says_its_workload_rules_have_no_pods_to_check(client, operator, actor, policy):
+    pool = NodePoolFactory(cluster=ClusterFactory(name="lab", driver="agent", kubeconfig_path=""), name="lab-h100")
+    NodeFactory(cluster=pool.cluster, pool=pool, name="lab-0")
+    services.pool_set_qos_policy(actor=actor, pool=pool, policy=policy)
+    services.qos_compliance_record(pool=pool, policy=policy)
+    login(client, operator)
+    page = text(client.get(reverse("sharing:pool_compliance", args=[pool.pk])).content.decode())
+    assert "Workload rules not checked here" in page and "Agent nodes run no Kubernetes pods" in page
+    assert "Compliant" not in page and "Pods checked" not in page and "Check now" not in page
+    listed = text(client.get(reverse("sharing:compliance_list")).content.decode())
+    assert "agent nodes: no Kubernetes pods to check" in listed
+
+
 def test_check_now_runs_the_check_and_shows_the_result(client, operator, actor, policy, mig_pool):
     services.pool_set_qos_policy(actor=actor, pool=mig_pool, policy=policy)
     login(client, operator)
