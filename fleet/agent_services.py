@@ -12,6 +12,7 @@ import functools
 import hashlib
 import hmac
 import logging
+import math
 import os
 import re
 import secrets
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
 from django.db.models import F, Q
 from django.db.models.base import ModelState
 from django.utils import timezone
@@ -404,6 +405,14 @@ def _seen_sql(vendor: str) -> str:
     )
 
 
+def _write_reports(reports: list[tuple[list, list]]) -> None:
+    """Reports' metric rows and last-seen rows in one transaction. Node rows, then GPU rows, in node id order: the
+    order the inventory path (inventory_record) locks them in, so the two cannot deadlock on PostgreSQL."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.executemany(_seen_sql(connection.vendor), [seen for _, seen in reports])
+        cursor.executemany(_metrics_sql(connection.vendor), [row for rows, _ in reports for row in rows])
+
+
 class _ReportBuffer:
     """The writes of unchanged reports (metrics, processes, last-seen), coalesced per process and written by one
     transaction per flush instead of one per report: the usual report then costs no write of its own, and the
@@ -435,15 +444,28 @@ class _ReportBuffer:
             self.pending.pop(node_id, None)
 
     def flush(self) -> int:
-        """Write what is pending in one transaction; returns the number of reports written."""
+        """Write what is pending in one transaction; returns the number of reports written. Should the batch fail,
+        each node's report is written on its own, so one bad row costs only its node."""
         with self.lock:
             pending, self.pending = self.pending, {}
         if not pending:
             return 0
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.executemany(_metrics_sql(connection.vendor), [row for rows, _ in pending.values() for row in rows])
-            cursor.executemany(_seen_sql(connection.vendor), [seen for _, seen in pending.values()])
-        return len(pending)
+        reports = [pending[node_id] for node_id in sorted(pending)]
+        try:
+            _write_reports(reports)
+            return len(reports)
+        except DatabaseError:
+            if len(reports) == 1:
+                raise
+            log.warning("a batch of %d buffered agent reports failed; writing them one by one", len(reports))
+        written = 0
+        for node_id, report in zip(sorted(pending), reports, strict=True):
+            try:
+                _write_reports([report])
+                written += 1
+            except DatabaseError:
+                log.exception("the buffered report of node id %s was not written", node_id)
+        return written
 
     def _flush_at_exit(self) -> None:
         try:
@@ -631,6 +653,30 @@ def _config_view(node: Node, report: Report, refresh: bool, to_config: dict | No
     return _ConfigView(report.applied.mig_selected or "", plugin_key, ConfigState.SUCCESS, "")
 
 
+# What the database can hold of a GPU's metrics (the percent check, PositiveIntegerField, finite floats): a value
+# outside is refused with its field named, before it joins a buffered write that other nodes' reports share.
+_INT_MAX = 2**31 - 1
+_METRIC_BOUNDS = {
+    "utilization_pct": (0, 100),
+    "memory_used_mib": (0, _INT_MAX),
+    "ecc_sbe_total": (0, _INT_MAX),
+    "ecc_dbe_total": (0, _INT_MAX),
+    "temperature_c": (-math.inf, math.inf),
+    "power_w": (-math.inf, math.inf),
+}
+
+
+def _check_metrics(gpus: Sequence[GpuMetrics | GpuReport]) -> None:
+    for i, gpu in enumerate(gpus):
+        for name, (low, high) in _METRIC_BOUNDS.items():
+            value = getattr(gpu, name)
+            if value is not None and not (low <= value <= high and math.isfinite(value)):
+                field = f"gpus[{i}].{name}"
+                problem = f"must be a finite number{f' from {low} to {high}' if math.isfinite(high) else ''}"
+                problem += f", not {value!r}"
+                raise ApplicationError(f"Invalid input: {field}: {problem}", errors={field: [problem]})
+
+
 def agent_report_record_metrics(
     *, node: Node, metrics: ReportMetrics, serving: tuple | None, now=None
 ) -> tuple[bool, str | None]:
@@ -639,6 +685,7 @@ def agent_report_record_metrics(
     (recorded, config id the node should run). (False, None) when the whole report must be read
     (`agent_report_record`): another digest or none, XID events, a node gone or not ready, or a change waiting for
     the config the node runs to show."""
+    _check_metrics(metrics.gpus)
     if (
         not metrics.inventory_digest
         or metrics.inventory_digest != node.agent_report_hash
@@ -666,6 +713,7 @@ def agent_report_record(
             f"This agent credential belongs to node {node.name}; the report comes from {report.hostname[:100]}.",
             status=403,
         )
+    _check_metrics(report.gpus)
     if serving is False:
         serving = _serving_change(node.pk)
     applied_id = report.applied.config_id if report.applied else ""
@@ -698,9 +746,7 @@ def _record_metrics(node: Node, gpus: Sequence[GpuMetrics | GpuReport], agent_ve
     if buffered and interval > 0:
         report_buffer.add(node.pk, metric_rows, seen_row, interval)
     else:
-        with transaction.atomic(), db.cursor() as cursor:
-            cursor.executemany(_metrics_sql(db.vendor), metric_rows)
-            cursor.execute(_seen_sql(db.vendor), seen_row)
+        _write_reports([(metric_rows, seen_row)])
     node.last_seen_at = node.agent_last_seen_at = now
 
 

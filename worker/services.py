@@ -443,7 +443,9 @@ def _step_verifying(driver: Driver, changes: list[NodeChange], now) -> None:
         # An agent says which config it runs: until it names this one (a QoS-only change moves neither labels nor
         # resources), nothing it shows is this change's doing.
         applied = state.config_id is None or state.config_id == to["config_id"]
-        if mig_is_ours and state.mig_state == "failed":
+        # An agent's failed state stands until it applies something new: a retry of the same MIG config would read
+        # the earlier attempt's failure; agents report this change's failure through its outcome instead.
+        if applied and mig_is_ours and state.mig_state == "failed":
             failed.append((change, "MIG Manager reported failed" + (f": {state.error}" if state.error else "")))
         elif (
             applied
@@ -487,8 +489,9 @@ def _timeout_text(change: NodeChange, state) -> str:
     )
 
 
-def _fail(driver: Driver, changes: list[NodeChange], reason: str) -> None:
-    """Record the failure first, then put the node back on its last good config and uncordon what we cordoned."""
+def _fail(driver: Driver, changes: list[NodeChange], reason: str) -> list[NodeChange]:
+    """Record the failure first, then put the node back on its last good config and uncordon what we cordoned.
+    Returns the changes this call failed (another step may have moved them first)."""
     failed = []
     for change in changes:
         failed += _claim([change], change.status, ChangeStatus.FAILED, error=reason)
@@ -511,6 +514,7 @@ def _fail(driver: Driver, changes: list[NodeChange], reason: str) -> None:
         NodeChange.objects.filter(pk__in=[c.pk for c in cordoned if c.node.name not in errors]).update(
             cordoned_by_tessera=False
         )
+    return failed
 
 
 def node_change_failed_on_node(*, change_id: int, message: str) -> bool:
@@ -519,8 +523,7 @@ def node_change_failed_on_node(*, change_id: int, message: str) -> bool:
     change = NodeChange.objects.select_related("node__cluster", "rollout").filter(pk=change_id).first()
     if change is None or change.status not in (ChangeStatus.APPLYING, ChangeStatus.VERIFYING):
         return False
-    _fail(driver_for(change.node.cluster), [change], f"the agent reported failure: {message}")
-    return True
+    return bool(_fail(driver_for(change.node.cluster), [change], f"the agent reported failure: {message}"))
 
 
 def node_change_refused_busy(*, change_id: int, message: str, now=None) -> bool:
@@ -538,8 +541,7 @@ def node_change_refused_busy(*, change_id: int, message: str, now=None) -> bool:
         return bool(_claim([change], change.status, ChangeStatus.WAITING_FOR_IDLE, deadline=now, error=message))
     if change.rollout.busy_policy == BusyPolicy.SKIP:
         return bool(_claim([change], change.status, ChangeStatus.SKIPPED, error="skipped: " + message))
-    _fail(driver_for(change.node.cluster), [change], message)
-    return True
+    return bool(_fail(driver_for(change.node.cluster), [change], message))
 
 
 # --- reading -------------------------------------------------------------------------------------------------------

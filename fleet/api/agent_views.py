@@ -1,6 +1,7 @@
 """Node agent endpoints under /api/v1/agent/ (exactly agent/protocol.py), and their admin: join tokens, agent
 credentials, revoking a node's agent. Every agent endpoint acts on the node of the calling credential only."""
 
+import dataclasses
 import json
 
 from django.http import HttpResponse
@@ -53,6 +54,21 @@ def _decode(message_type, data):
         where, _, problem = str(error).partition(" ")
         field = where.partition(".")[2] or "non_field_errors"
         raise ApplicationError(f"Invalid input: {field}: {problem}", errors={field: [problem]}) from None
+
+
+# A report read for its metrics alone (its digest vouches for the rest) must still carry every field a Report needs:
+# an agent that breaks the contract hears so whichever path its report takes.
+REPORT_REQUIRED = tuple(
+    f.name
+    for f in dataclasses.fields(Report)
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+)
+
+
+def _require_report_fields(data) -> None:
+    missing = next((name for name in REPORT_REQUIRED if name not in data), None)
+    if missing is not None:
+        raise ApplicationError(f"Invalid input: {missing}: is required", errors={missing: ["is required"]})
 
 
 class AgentJSONParser(JSONParser):
@@ -134,8 +150,10 @@ class AgentReportView(AgentView):
     def post(self, request):
         credential = request.auth
         # The usual report is read for its metrics alone; its inventory only when the server does not have it.
+        metrics = _decode(ReportMetrics, request.data)
+        _require_report_fields(request.data)
         recorded, desired = agent_services.agent_report_record_metrics(
-            node=credential.node, metrics=_decode(ReportMetrics, request.data), serving=credential.serving_change
+            node=credential.node, metrics=metrics, serving=credential.serving_change
         )
         if not recorded:
             desired = agent_services.agent_report_record(

@@ -294,9 +294,9 @@ def test_the_same_report_twice_changes_no_rows_and_costs_two_writes(node_a):
         assert client.post(REPORT, plain.to_dict(), format="json").status_code == 200
     assert _rows(node) == before
     # Two reads (credential with node, serving change) go through the DB-API cursor, unseen here; then only the
-    # metrics of the GPUs (one executemany) and the node's last-seen.
+    # node's last-seen and the metrics of the GPUs (one executemany).
     statements = [q["sql"].split(" SET ")[0] for q in queries if "SAVEPOINT" not in q["sql"]]  # the test's atomic
-    assert statements == ['2 times: UPDATE "fleet_gpu"', 'UPDATE "fleet_node"'], statements
+    assert statements == ['1 times: UPDATE "fleet_node"', '2 times: UPDATE "fleet_gpu"'], statements
 
 
 def _vouched(report: Report) -> Report:
@@ -333,6 +333,51 @@ def test_a_report_with_a_digest_the_server_has_not_recorded_or_with_events_is_re
     assert with_xid.inventory_digest == upgraded.inventory_digest  # events are no inventory, but are read
     client.post(REPORT, with_xid.to_dict(), format="json")
     assert list(GpuEvent.objects.values_list("code", flat=True)) == [79]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("utilization_pct", 150.0), ("ecc_sbe_total", -1), ("memory_used_mib", 2**40)]
+)
+def test_metrics_the_database_cannot_hold_are_refused_by_field_on_either_path(node_a, name, value):
+    backend, node, client = node_a
+    client.post(REPORT, _vouched(_report(backend)).to_dict(), format="json")
+    seen = Node.objects.get(pk=node.pk).agent_last_seen_at
+    for body in (_vouched(_report(backend)).to_dict(), _report(backend).to_dict()):  # metrics alone; read whole
+        body["gpus"][1][name] = value
+        answer = client.post(REPORT, body, format="json")
+        assert answer.status_code == 400, answer.content
+        (problem,) = answer.json()["errors"][f"gpus[1].{name}"]
+        assert problem.startswith("must be a finite number from 0 to ") and problem.endswith(f", not {value!r}")
+    assert Node.objects.get(pk=node.pk).agent_last_seen_at == seen
+
+
+def test_a_report_read_for_its_metrics_must_still_carry_every_field_of_a_report(node_a):
+    backend, node, client = node_a
+    client.post(REPORT, _vouched(_report(backend)).to_dict(), format="json")
+    body = _vouched(_report(backend)).to_dict()
+    del body["driver_version"]
+    answer = client.post(REPORT, body, format="json")
+    assert answer.status_code == 400 and answer.json()["errors"] == {"driver_version": ["is required"]}
+
+
+def test_a_failing_flush_writes_each_nodes_reports_on_their_own(node_a, join_token, backends, settings, monkeypatch):
+    backend, node, client = node_a
+    other = backends(seed=2)
+    answer = _register(join_token, other.snapshot().hostname).json()
+    other_node, other_client = Node.objects.get(pk=answer["node_id"]), _agent(answer["credential"])
+    for agent, body in ((client, _report(backend)), (other_client, _report(other))):
+        agent.post(REPORT, body.to_dict(), format="json")  # new inventory: written at once
+    settings.TESSERA = {**settings.TESSERA, "AGENT_REPORT_FLUSH_SECONDS": 60}
+    monkeypatch.setattr(agent_services.report_buffer, "thread", "not started in tests")
+    seen = dict(Node.objects.filter(pk__in=[node.pk, other_node.pk]).values_list("pk", "agent_last_seen_at"))
+    for agent, body in ((client, _report(backend)), (other_client, _report(other))):
+        assert agent.post(REPORT, body.to_dict(), format="json").status_code == 200
+    # A row the database refuses (past the checks of the report path): only its own node's writes are lost.
+    metric_rows, _ = agent_services.report_buffer.pending[node.pk]
+    metric_rows[0] = (150.0, *metric_rows[0][1:])  # utilization_pct, the first column set
+    assert agent_services.report_buffer.flush() == 1
+    after = dict(Node.objects.filter(pk__in=[node.pk, other_node.pk]).values_list("pk", "agent_last_seen_at"))
+    assert after[node.pk] == seen[node.pk] and after[other_node.pk] > seen[other_node.pk]
 
 
 def test_unchanged_reports_are_written_by_the_next_flush_when_buffered(node_a, settings, monkeypatch):

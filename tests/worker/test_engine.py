@@ -164,6 +164,25 @@ def test_mig_manager_failure_rolls_back_and_loop_does_not_retry_forever(fleet):
     assert NodeChange.objects.filter(rollout_id__in=again).count() == 4
 
 
+def test_an_agents_earlier_failure_is_not_read_as_the_new_change_failing(fleet):
+    cluster, _, _ = fleet
+    (rollout_id,) = reconcile.reconcile()
+    Rollout.objects.filter(pk=rollout_id).update(canary_count=1)
+    (canary,) = services.rollout_advance(rollout_id)
+    services.node_changes_step([canary])
+    change = NodeChange.objects.select_related("node").get(pk=canary)
+    # An earlier attempt at the same MIG config failed on the node, which still runs its former config id.
+    _report_applied(cluster, change, state="failed")
+    Node.objects.filter(pk=change.node_id).update(agent_config_id="tessera-cfg-former")
+    services.node_changes_step([canary])
+    change.refresh_from_db()
+    assert (change.status, change.error) == (ChangeStatus.VERIFYING, "")
+    _report_applied(cluster, change)  # the agent applies this change's config
+    services.node_changes_step([canary])
+    change.refresh_from_db()
+    assert change.status == ChangeStatus.SUCCEEDED
+
+
 def test_wedged_pending_retries_under_a_new_name_then_fails(fleet):
     cluster, _, _ = fleet
     (rollout_id,) = reconcile.reconcile()
