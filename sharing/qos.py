@@ -1,7 +1,8 @@
 """QoS rules as plain values: Kubernetes' pod QoS class, workload-rule checks, and policy consistency checks.
 
-Pure (no Django, no I/O). Pod QoS follows kubernetes.io "Pod Quality of Service Classes" (nvidia-contracts.md §7.3):
-only CPU and memory count, init containers included, a missing request defaults to the limit.
+Pure (no Django, no I/O). Pod QoS follows Kubernetes' own ComputePodQOS (pkg/apis/core/helper/qos; nvidia-contracts.md
+§7.3): only CPU and memory above zero count, init containers included, a missing request defaults to the limit, and
+pod-level resources (spec.resources) replace the containers' when set.
 """
 
 from __future__ import annotations
@@ -46,21 +47,42 @@ def parse_quantity(value) -> Decimal:
         raise ValueError(f"{value!r} is not a Kubernetes quantity") from exc
 
 
+def _qos_resources(resources: Mapping) -> tuple[dict, dict]:
+    """(requests, limits) of cpu and memory above zero: a zero quantity counts as unset, as in Kubernetes. A missing
+    request defaults to the limit, as the API server defaults it, so undefaulted specs get the same answer."""
+    limits = resources.get("limits") or {}
+    requests = {**limits, **(resources.get("requests") or {})}
+
+    def positive(values: Mapping) -> dict:
+        return {name: q for name in ("cpu", "memory") if name in values and (q := parse_quantity(values[name])) > 0}
+
+    return positive(requests), positive(limits)
+
+
 def qos_class(spec: Mapping) -> str:
-    """The QoS class Kubernetes gives a pod spec (containers and initContainers with their resources)."""
-    containers = [*spec.get("containers", []), *spec.get("initContainers", [])]
-    guaranteed, any_set = bool(containers), False
-    for container in containers:
-        resources = container.get("resources") or {}
-        limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
-        for name in ("cpu", "memory"):
-            limit, request = limits.get(name), requests.get(name, limits.get(name))
-            any_set = any_set or limit is not None or name in requests
-            if limit is None or request is None or parse_quantity(limit) != parse_quantity(request):
-                guaranteed = False
-    if guaranteed:
-        return GUARANTEED
-    return BURSTABLE if any_set else BEST_EFFORT
+    """The QoS class Kubernetes gives a pod spec. Pod-level `resources` with any request or limit decide alone;
+    otherwise every container and init container counts: Guaranteed when each has cpu and memory limits and the
+    summed requests equal the summed limits, BestEffort when none has a cpu or memory request or limit.
+
+    A missing pod-level request is taken from the pod-level limit. The API server takes it from the containers'
+    requests when any container sets one (KEP-2837); specs read back from it are defaulted already."""
+    pod_level = spec.get("resources") or {}
+    if pod_level.get("requests") or pod_level.get("limits"):
+        scopes = [pod_level]
+    else:
+        scopes = [c.get("resources") or {} for c in [*spec.get("containers", []), *spec.get("initContainers", [])]]
+    requests: dict[str, Decimal] = {}
+    limits: dict[str, Decimal] = {}
+    guaranteed = True
+    for resources in scopes:
+        scope_requests, scope_limits = _qos_resources(resources)
+        guaranteed = guaranteed and set(scope_limits) == {"cpu", "memory"}
+        for total, values in ((requests, scope_requests), (limits, scope_limits)):
+            for name, quantity in values.items():
+                total[name] = total.get(name, 0) + quantity
+    if not requests and not limits:
+        return BEST_EFFORT
+    return GUARANTEED if guaranteed and requests == limits else BURSTABLE
 
 
 @dataclass(frozen=True)

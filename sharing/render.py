@@ -352,16 +352,48 @@ _CEL_REQUESTS_GPU = (
     + " || ".join(f"r == '{name}'" for name in ADMISSION_GPU_RESOURCES)
     + " || r.startsWith('nvidia.com/mig-')))"
 )
-# Quantities compared as quantities ("1" == "1000m"); string() because the schema types them int-or-string.
+
+
+# The pod's QoS class as Kubernetes computes it (sharing.qos.qos_class): only cpu and memory above zero count (a "0"
+# counts as unset), and pod-level spec.resources with any request or limit decide alone. Quantities are compared as
+# quantities ("1" == "1000m"); string() because the schema types them int-or-string. A missing request counts as the
+# limit: the API server has defaulted it before admission, but the rule should not depend on that.
+def _cel_above_zero(quantity: str) -> str:
+    return f"quantity(string({quantity})).isGreaterThan(quantity('0'))"
+
+
+def _cel_guaranteed(res: str) -> str:
+    """CEL: the ResourceRequirements `res` has cpu and memory limits above zero, and requests equal to them."""
+    return (
+        f"has({res}) && has({res}.limits) && ['cpu', 'memory'].all(r, r in {res}.limits && "
+        f"{_cel_above_zero(f'{res}.limits[r]')} && (!has({res}.requests) || !(r in {res}.requests) || "
+        f"quantity(string({res}.requests[r])).compareTo(quantity(string({res}.limits[r]))) == 0))"
+    )
+
+
+def _cel_sets_cpu_or_memory(res: str) -> str:
+    """CEL: the ResourceRequirements `res` has a cpu or memory request or limit above zero."""
+    return (
+        f"has({res}) && ['cpu', 'memory'].exists(r, "
+        f"(has({res}.requests) && r in {res}.requests && {_cel_above_zero(f'{res}.requests[r]')}) || "
+        f"(has({res}.limits) && r in {res}.limits && {_cel_above_zero(f'{res}.limits[r]')}))"
+    )
+
+
+_CEL_POD_LEVEL = (
+    "has(object.spec.resources) && ("
+    "(has(object.spec.resources.requests) && size(object.spec.resources.requests) > 0) || "
+    "(has(object.spec.resources.limits) && size(object.spec.resources.limits) > 0))"
+)
+# Kubernetes compares the containers' summed requests with their summed limits. Validation has already made each
+# request at most its limit, so the sums are equal exactly when every container's are: checked per container.
 _CEL_GUARANTEED = (
-    "variables.containers.all(c, has(c.resources) && has(c.resources.limits) && ['cpu', 'memory'].all(r, "
-    "r in c.resources.limits && (!has(c.resources.requests) || !(r in c.resources.requests) || "
-    "quantity(string(c.resources.requests[r])).compareTo(quantity(string(c.resources.limits[r]))) == 0)))"
+    f"(({_CEL_POD_LEVEL}) ? {_cel_guaranteed('object.spec.resources')} : "
+    f"variables.containers.all(c, {_cel_guaranteed('c.resources')}))"
 )
 _CEL_NOT_BEST_EFFORT = (
-    "variables.containers.exists(c, has(c.resources) && ("
-    "(has(c.resources.requests) && ('cpu' in c.resources.requests || 'memory' in c.resources.requests)) || "
-    "(has(c.resources.limits) && ('cpu' in c.resources.limits || 'memory' in c.resources.limits))))"
+    f"(({_CEL_POD_LEVEL}) ? {_cel_sets_cpu_or_memory('object.spec.resources')} : "
+    f"variables.containers.exists(c, {_cel_sets_cpu_or_memory('c.resources')}))"
 )
 
 
@@ -397,9 +429,10 @@ def render_admission_policy(
 ) -> tuple[dict, dict]:
     """A ValidatingAdmissionPolicy and its binding (Kubernetes ≥ 1.30) that deny creating a pod which requests
     NVIDIA GPUs (nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-* in any container's limits) and breaks a QoS
-    policy's workload rules: not Guaranteed when `required_qos` is "guaranteed" (every container and init container
-    with cpu and memory limits, requests equal to limits where given), no cpu or memory request or limit at all
-    when "burstable", or not the `required_priority_class`.
+    policy's workload rules: not Guaranteed when `required_qos` is "guaranteed", BestEffort when "burstable", or not
+    the `required_priority_class`. The QoS class is Kubernetes' own (sharing.qos.qos_class, which the tests hold the
+    CEL to): only cpu and memory above zero count; pod-level `spec.resources` with any request or limit decide alone
+    (Kubernetes 1.32+, on by default from 1.34), otherwise every container and init container counts.
 
     What admission can and cannot see, so compliance reports (sharing.qos.check_pods) stay the safety net:
     - It sees a pod at CREATE, before scheduling: which pool a pod lands in is unknown. With `node_pool_label`
@@ -445,7 +478,8 @@ def render_admission_policy(
             {
                 "expression": f"{applies} || {_CEL_GUARANTEED}",
                 "message": f"{prefix} (rule qos): {who} must be Guaranteed: every container and init container "
-                "needs cpu and memory limits, with requests equal to the limits.",
+                "(or the pod's spec.resources, when set) needs cpu and memory limits above zero, with requests equal "
+                "to the limits.",
                 "reason": "Forbidden",
             }
         )
@@ -454,7 +488,7 @@ def render_admission_policy(
             {
                 "expression": f"{applies} || {_CEL_NOT_BEST_EFFORT}",
                 "message": f"{prefix} (rule qos): {who} must be Burstable or Guaranteed: at least one container "
-                "needs a cpu or memory request or limit.",
+                "(or the pod's spec.resources, when set) needs a cpu or memory request or limit above zero.",
                 "reason": "Forbidden",
             }
         )

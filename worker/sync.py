@@ -471,13 +471,14 @@ def scrape_metrics(cluster) -> SyncResult:
     return SyncResult("", len(rows), sum(len(g) for g in scraped.values()), changed, recorded)
 
 
+def _resource_requirements(resources: dict | None) -> dict:
+    resources = resources or {}
+    return {"requests": resources.get("requests") or {}, "limits": resources.get("limits") or {}}
+
+
 def _container_resources(container: dict) -> dict:
     """A container as Kubernetes shapes it, cut to what the QoS rules read (sharing.qos.qos_class)."""
-    resources = container.get("resources") or {}
-    return {
-        "name": container.get("name", ""),
-        "resources": {"requests": resources.get("requests") or {}, "limits": resources.get("limits") or {}},
-    }
+    return {"name": container.get("name", ""), "resources": _resource_requirements(container.get("resources"))}
 
 
 def pod_observation(pod: dict) -> PodObservation:
@@ -489,6 +490,8 @@ def pod_observation(pod: dict) -> PodObservation:
         for kind in ("containers", "initContainers")
         if spec.get(kind)
     }
+    if spec.get("resources"):  # pod-level resources decide the QoS class when set (Kubernetes 1.32+)
+        kept["resources"] = _resource_requirements(spec["resources"])
     return PodObservation(
         namespace=meta["namespace"],
         name=meta["name"],

@@ -1,18 +1,23 @@
-"""ValidatingAdmissionPolicy rendering: golden files and the structure the API server checks.
+"""ValidatingAdmissionPolicy rendering: golden files, the structure the API server checks, and what the CEL decides.
 
-There is no CEL engine here (cel-go lives in the API server; no Python package is installed for it), so the CEL is
-checked only for shape: balanced brackets and quotes, known functions and macros, defined variables, operators
-between operands. Whether the API server compiles and type-checks it is verified only against a real cluster.
+The CEL runs in cel-python (celpy) with a stand-in for Kubernetes' quantity library, against the table of pod specs
+that pins sharing.qos.qos_class: the policy must admit exactly the pods of the required class. celpy does not
+type-check against the Pod schema as the API server does; that is verified only against a real cluster.
 """
 
+import copy
 import os
 import re
 from pathlib import Path
 
+import celpy
 import pytest
 import yaml
+from celpy import celtypes
 
+from sharing.qos import BEST_EFFORT, GUARANTEED, parse_quantity, qos_class
 from sharing.render import ADMISSION_API_VERSION, render_admission_manifests, render_admission_policy
+from tests.sharing.test_qos import QOS_CASES
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = {
@@ -31,7 +36,7 @@ CASES = {
         node_pool_label="tessera.io/pool",
     ),
 }
-CEL_FUNCTIONS = {"has", "all", "exists", "startsWith", "quantity", "compareTo", "string"}
+CEL_FUNCTIONS = {"has", "all", "exists", "startsWith", "size", "quantity", "compareTo", "isGreaterThan", "string"}
 _TOKEN_RE = re.compile(
     r"\s+|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|&&|\|\||==|!=|<=|>=|[A-Za-z_][A-Za-z0-9_]*|\d+|[()\[\]{}.,?:!<>+\-]"
 )
@@ -174,3 +179,61 @@ def test_the_shape_checker_catches_what_it_is_for():
     for broken in ("has(object.spec.x", "a || b)", "a && || b", "'unclosed", "nosuch(x)", "variables.missing"):
         with pytest.raises(AssertionError):
             check_cel(broken, set())
+
+
+# --- what the CEL decides ----------------------------------------------------------------------------------------
+
+
+class Quantity:
+    """The part of Kubernetes' CEL quantity library (k8s.io/apiserver/pkg/cel/library) the policy uses."""
+
+    def __init__(self, text: str):
+        self.value = parse_quantity(text)
+
+
+CEL_LIBRARY = {
+    "quantity": Quantity,
+    "compareTo": lambda a, b: celtypes.IntType((a.value > b.value) - (a.value < b.value)),
+    "isGreaterThan": lambda a, b: celtypes.BoolType(a.value > b.value),
+}
+
+
+def admits(policy: dict, pod: dict) -> bool:
+    """Whether the API server would let `pod` in: each variable bound in order, then every validation holds."""
+    env = celpy.Environment()
+    variables = celtypes.MapType()
+    activation = {"object": celpy.json_to_cel(pod), "variables": variables}
+
+    def run(expression: str):
+        return env.program(env.compile(expression), functions=CEL_LIBRARY).evaluate(activation)
+
+    for variable in policy["spec"]["variables"]:
+        variables[celtypes.StringType(variable["name"])] = run(variable["expression"])
+    verdicts = [run(validation["expression"]) for validation in policy["spec"]["validations"]]
+    assert all(isinstance(verdict, celtypes.BoolType) for verdict in verdicts), verdicts
+    return all(verdicts)
+
+
+def with_gpu(spec: dict) -> dict:
+    """`spec` in a pod whose first container asks for a GPU, so the policy applies to it."""
+    spec = copy.deepcopy(spec)
+    resources = spec["containers"][0].setdefault("resources", {})
+    resources.setdefault("limits", {})["nvidia.com/gpu"] = 1
+    return {"spec": spec}
+
+
+GUARANTEED_POLICY, _ = render_admission_policy("gpu-qos", required_qos="guaranteed", required_priority_class="")
+BURSTABLE_POLICY, _ = render_admission_policy("gpu-qos", required_qos="burstable", required_priority_class="")
+
+
+@pytest.mark.parametrize(("spec", "expected"), QOS_CASES)
+def test_the_cel_admits_exactly_the_pods_of_the_required_class(spec, expected):
+    pod = with_gpu(spec)
+    assert qos_class(pod["spec"]) == expected  # a GPU limit does not change the class
+    assert admits(GUARANTEED_POLICY, pod) == (expected == GUARANTEED)
+    assert admits(BURSTABLE_POLICY, pod) == (expected != BEST_EFFORT)
+
+
+def test_pods_without_gpus_are_not_checked():
+    assert admits(GUARANTEED_POLICY, {"spec": {"containers": [{"name": "c"}]}})
+    assert not admits(GUARANTEED_POLICY, with_gpu({"containers": [{"name": "c"}]}))

@@ -17,7 +17,8 @@ from tests.factories import ClusterFactory
 from tests.processes import wait_until
 from worker import sync
 from worker.drivers import driver_for
-from worker.management.commands.watch_clusters import ClusterLock, Supervisor
+from worker.locks import ClusterLock
+from worker.management.commands.watch_clusters import Supervisor
 
 H100_BALANCED, H100_MIG_BUSY, H100_IDLE, L4, T4 = (
     "gpu-node-0010",
@@ -162,6 +163,28 @@ def test_pods_holding_gpus_are_recorded_per_node(sim, cluster):
     assert len(removed) == 6
     sync.sync_pods(cluster)
     assert Pod.objects.count() == 0
+
+
+def test_the_stored_spec_keeps_pod_level_resources():
+    # Pod-level resources decide the QoS class (PodLevelResources): without them, bare containers read as BestEffort.
+    limits = {"cpu": "2", "memory": "2Gi"}
+    pod = {
+        "metadata": {"namespace": "ml", "name": "p"},
+        "spec": {
+            "resources": {"requests": dict(limits), "limits": limits, "claims": []},
+            "containers": [{"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        },
+        "status": {"qosClass": "Guaranteed"},
+    }
+    observed = sync.pod_observation(pod)
+    assert observed.spec == {
+        "resources": {"requests": limits, "limits": limits},
+        "containers": [{"name": "main", "resources": {"requests": {}, "limits": {"nvidia.com/gpu": "1"}}}],
+        "tolerations": [],
+    }
+    assert qos_class(observed.spec) == observed.qos_class == "Guaranteed"
+    del pod["spec"]["resources"]
+    assert "resources" not in sync.pod_observation(pod).spec
 
 
 @pytest.mark.django_db
