@@ -1,6 +1,9 @@
 """Admin for support: every fleet model, read-mostly; writes still go through the same models' validation."""
 
 from django.contrib import admin, messages
+from django.db import models
+from django.http import HttpResponseRedirect
+from django.urls import reverse
 
 from core.audit import Actor
 from core.exceptions import ApplicationError
@@ -13,6 +16,26 @@ class ClusterAdmin(admin.ModelAdmin):
     list_display = ("name", "driver", "operator_namespace", "connection_state", "last_contact_at")
     list_filter = ("driver", "connection_state")
     search_fields = ("name",)
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}  # Django 6's default, said now
+
+    # A save or delete a domain rule refuses (e.g. admission objects still in the cluster) is shown, not a 500.
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except ApplicationError as error:
+            return self._refused(request, error, object_id)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except ApplicationError as error:
+            return self._refused(request, error, object_id)
+
+    def _refused(self, request, error: ApplicationError, object_id):
+        self.message_user(request, error.message, level=messages.ERROR)
+        if object_id:
+            return HttpResponseRedirect(reverse("admin:fleet_cluster_change", args=[object_id]))
+        return HttpResponseRedirect(reverse("admin:fleet_cluster_changelist"))
 
 
 @admin.register(NodePool)

@@ -30,7 +30,8 @@ class NodeChangeAdmin(admin.ModelAdmin):
 
 @admin.register(AdmissionPolicyState)
 class AdmissionPolicyStateAdmin(admin.ModelAdmin):
-    """Read-only: the admission sync owns these rows (they mirror objects in the clusters)."""
+    """Read-only: the admission sync owns these rows (they mirror objects in the clusters). Deleting one here would
+    leave its policy denying pods in the cluster with nothing left to remove it."""
 
     list_display = ("object_name", "cluster", "pool_name", "policy_name", "state", "applied_at", "checked_at")
     list_filter = ("state", "cluster")
@@ -40,4 +41,7 @@ class AdmissionPolicyStateAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False

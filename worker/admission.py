@@ -10,13 +10,15 @@ check the rules there). HTTP never runs inside a database transaction.
 import hashlib
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from core.audit import Actor, audit_record
+from core.exceptions import ApplicationError
 from fleet.choices import ClusterDriver
 from fleet.labels import parse_selector
 from fleet.models import Cluster, NodePool
@@ -25,6 +27,7 @@ from sharing.models import QoSPolicy
 from sharing.render import render_admission_manifests, render_admission_policy
 from worker.drivers.base import DriverError
 from worker.drivers.kubernetes.admission import AdmissionPolicies, Outcome, Wanted
+from worker.locks import ADMISSION, ClusterLock
 from worker.models import AdmissionPolicyState, AdmissionState
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,14 @@ POOL_LABEL_KEY = "tessera.io/pool"  # preferred when a pool's selector has sever
 AUDIT_VERBS = {"created": "create", "replaced": "replace", "deleted": "delete"}
 AGENT_CLUSTER = (
     "Agent clusters have no Kubernetes API server to enforce admission; the compliance report checks the rules."
+)
+BUSY = "another admission sync of this cluster is running; the next tick or sweep tries again"
+OBJECTS_LEFT = (
+    "Cluster {cluster} still has admission policies in its API server that deny GPU pods ({objects}). Switch "
+    "admission enforcement off in their QoS policies or detach the policies from the pools, and wait for the next "
+    "sync to remove them (the pools' compliance pages show Removing until it has); then {action}. If its API server "
+    "is gone for good, an admin can forget them (POST /api/v1/admission-policies/<id>/forget/) and delete them there "
+    "by hand should it come back."
 )
 
 
@@ -108,7 +119,8 @@ def render_for_pool(policy: QoSPolicy, pool: NodePool, name: str) -> DesiredAdmi
 
 def desired_admissions(pools, *, at=None) -> dict[int, DesiredAdmission]:
     """Pool id -> what it should enforce at `at` (default now), for the pools whose QoS policy in force has
-    `enforce_admission`. Names are unique per cluster: pools whose names would collide get their id appended."""
+    `enforce_admission`. Names are unique per cluster when `pools` holds all of its pools: pools whose names would
+    collide get `--<id>` appended, which no natural name has (slugs never hold two hyphens in a row)."""
     pools = list(pools)
     states = pool_states([p.pk for p in pools], at=at)
     enforcing = []
@@ -122,7 +134,7 @@ def desired_admissions(pools, *, at=None) -> dict[int, DesiredAdmission]:
     result = {}
     for pool, policy, name in enforcing:
         if seen[(pool.cluster_id, name)] > 1:
-            name = f"{name[: NAME_LIMIT - 12].rstrip('-')}-{pool.pk}"
+            name = f"{name[: NAME_LIMIT - 12].rstrip('-')}--{pool.pk}"
         result[pool.pk] = render_for_pool(policy, pool, name)
     return result
 
@@ -148,8 +160,20 @@ class SyncResult:
 
 def admission_sync(*, cluster: Cluster, now=None) -> SyncResult:
     """Bring one cluster's Tessera-managed admission policies to what its pools' QoS policies want now; record the
-    outcome per pool and audit every write. Never raises for the cluster's own errors: they are recorded."""
-    now = now or timezone.now()
+    outcome per pool and audit every write as it happens. Never raises for the cluster's own errors: they are
+    recorded. One pass per cluster at a time: a pass that finds another one running returns at once, saying so
+    (two interleaved passes could undo each other's writes)."""
+    lock = ClusterLock(cluster.pk, ADMISSION)
+    if not lock.acquire():
+        log.info("cluster %s: %s", cluster.name, BUSY)
+        return SyncResult(cluster.name, skipped=BUSY)
+    try:
+        return _sync(cluster, now or timezone.now())
+    finally:
+        lock.release()
+
+
+def _sync(cluster: Cluster, now) -> SyncResult:
     desired = desired_admissions(NodePool.objects.filter(cluster=cluster).select_related("cluster"), at=now)
     result = SyncResult(cluster.name, wanted=len(desired))
     if cluster.driver == ClusterDriver.AGENT:
@@ -168,9 +192,24 @@ def admission_sync(*, cluster: Cluster, now=None) -> SyncResult:
         return result
     if not desired and not observed and not has_rows:
         return result
-    outcomes = policies.sync([d.wanted for d in desired.values() if d.wanted], observed)
-    _record(cluster, desired, outcomes, now, result)
+    wanted = {item.name: item for item in desired.values() if item.wanted}
+    pass_ = _Pass(cluster, desired, wanted, now, result)
+    policies.sync([item.wanted for item in wanted.values()], observed, partial(_record_outcome, pass_))
+    _record_rest(pass_, observed)
     return result
+
+
+@dataclass
+class _Pass:
+    """What recording one pass needs, pair after pair: rows kept `removing` and pairs deleted so far."""
+
+    cluster: Cluster
+    desired: dict[int, DesiredAdmission]
+    wanted: dict[str, DesiredAdmission]
+    now: object
+    result: SyncResult
+    kept: set[int] = field(default_factory=set)
+    deleted: set[str] = field(default_factory=set)
 
 
 def _row_values(item: DesiredAdmission) -> dict:
@@ -232,21 +271,30 @@ def _record_unreachable(cluster: Cluster, desired: dict[int, DesiredAdmission], 
         _save(row, cluster, row.pool, {"state": AdmissionState.REMOVING, "error": error, "error_at": error_at})
 
 
+def _since(row: AdmissionPolicyState | None, error: str, now):
+    """When the row's error started: kept while the error stays the same."""
+    return row.error_at if row is not None and row.error == error and row.error_at else now
+
+
 @transaction.atomic
-def _record(
-    cluster: Cluster, desired: dict[int, DesiredAdmission], outcomes: list[Outcome], now, result: SyncResult
-) -> None:
-    by_name = {o.name: o for o in outcomes}
-    by_pool, orphans = _rows(cluster)
-    for pool_id, item in desired.items():
-        row = by_pool.pop(pool_id, None)
-        outcome = by_name.get(item.name)
+def _record_outcome(pass_: _Pass, outcome: Outcome) -> None:
+    """One pair's outcome, as soon as the driver is done with it: the pool's row (or the rows of pools that no longer
+    want it) and one audit event per write, so a pass cut short has recorded every write it made."""
+    cluster, now, item = pass_.cluster, pass_.now, pass_.wanted.get(outcome.name)
+    if outcome.error:
+        pass_.result.errors += 1
+    if item is not None:
+        row = AdmissionPolicyState.objects.select_for_update().filter(cluster=cluster, pool=item.pool).first()
         values = {**_row_values(item), "checked_at": now}
-        error = item.error or (outcome.error if outcome else "")
-        if error:
-            error_at = row.error_at if row is not None and row.error == error and row.error_at else now
-            values.update(state=AdmissionState.ERROR, error=error, error_at=error_at)
-            result.errors += 1
+        if outcome.error:
+            # What was written before the error is live: its resourceVersion says the pair may exist.
+            versions = {**(row.resource_versions if row is not None else {}), **outcome.resource_versions}
+            values.update(
+                state=AdmissionState.ERROR,
+                error=outcome.error,
+                error_at=_since(row, outcome.error, now),
+                resource_versions=versions,
+            )
         else:
             first_seen = row is None or row.manifest_hash != item.manifest_hash or row.state != AdmissionState.APPLIED
             applied_at = now if outcome.actions or first_seen or row.applied_at is None else row.applied_at
@@ -258,21 +306,48 @@ def _record(
                 resource_versions=outcome.resource_versions,
             )
         _save(row, cluster, item.pool, values)
-        if outcome is not None:
-            _audit(cluster, outcome, item=item, result=result)
-    wanted_names = {item.name for item in desired.values()}
-    for row in [*by_pool.values(), *orphans]:
-        outcome = by_name.get(row.object_name) if row.object_name not in wanted_names else None
-        if outcome is not None and outcome.error:
-            error_at = row.error_at if row.error == outcome.error and row.error_at else now
-            values = {"state": AdmissionState.REMOVING, "error": outcome.error, "error_at": error_at, "checked_at": now}
-            _save(row, cluster, row.pool, values)
-            result.errors += 1
-        else:
-            row.delete()
-    for outcome in outcomes:
-        if outcome.name not in wanted_names:
-            _audit(cluster, outcome, item=None, result=result)
+    else:
+        if not outcome.error:
+            pass_.deleted.add(outcome.name)
+        rows = (
+            AdmissionPolicyState.objects.select_for_update()
+            .filter(cluster=cluster, object_name=outcome.name)
+            .exclude(pool_id__in=list(pass_.desired))
+        )
+        for row in rows:
+            if outcome.error:
+                values = {
+                    "state": AdmissionState.REMOVING,
+                    "error": outcome.error,
+                    "error_at": _since(row, outcome.error, now),
+                    "checked_at": now,
+                }
+                _save(row, cluster, None, values)
+                pass_.kept.add(row.pk)
+            else:
+                row.delete()
+    _audit(cluster, outcome, item=item, result=pass_.result)
+
+
+@transaction.atomic
+def _record_rest(pass_: _Pass, observed: dict[str, dict]) -> None:
+    """After a complete pass: pools whose policy cannot be rendered say why, and rows of pools that no longer enforce
+    go unless their objects could not be deleted (an incomplete pass never gets here: it deletes no row)."""
+    cluster, now = pass_.cluster, pass_.now
+    live = set(observed) - pass_.deleted
+    by_pool, orphans = _rows(cluster)
+    for pool_id, item in pass_.desired.items():
+        row = by_pool.pop(pool_id, None)
+        if not item.error:
+            continue  # recorded with its outcome
+        values = {**_row_values(item), "checked_at": now}
+        values.update(state=AdmissionState.ERROR, error=item.error, error_at=_since(row, item.error, now))
+        if item.name not in live and (row is None or row.object_name not in live):
+            values.update(applied_at=None, resource_versions={})  # nothing of it is left in the cluster
+        _save(row, cluster, item.pool, values)
+        pass_.result.errors += 1
+    gone = [row.pk for row in [*by_pool.values(), *orphans] if row.pk not in pass_.kept]
+    AdmissionPolicyState.objects.filter(pk__in=gone).delete()
 
 
 def _audit(cluster: Cluster, outcome: Outcome, *, item: DesiredAdmission | None, result: SyncResult) -> None:
@@ -367,9 +442,11 @@ class AdmissionView:
 
 
 def pool_admission_views(pools) -> list[AdmissionView]:
-    """Admission enforcement of these pools (wanted now or still recorded), in the pools' order; a few queries."""
+    """Admission enforcement of these pools (wanted now or still recorded), in the pools' order; a few queries.
+    Object names are worked out over every pool of their clusters, as the sync does (colliding names get suffixes)."""
     pools = list(pools)
-    desired = desired_admissions(pools)
+    clusters = {pool.cluster_id for pool in pools}
+    desired = desired_admissions(NodePool.objects.filter(cluster_id__in=clusters).select_related("cluster"))
     rows = {
         r.pool_id: r
         for r in AdmissionPolicyState.objects.filter(pool__in=[p.pk for p in pools]).select_related("qos_policy")
@@ -394,3 +471,63 @@ def _about(view: AdmissionView, policy: QoSPolicy) -> bool:
     if view.desired is not None:
         return view.desired.policy.pk == policy.pk
     return view.row is not None and view.row.qos_policy_id == policy.pk
+
+
+# --- guards: Tessera's objects never outlive their rows -------------------------------------------------------------
+
+
+def admission_objects_left(cluster: Cluster) -> list[AdmissionPolicyState]:
+    """The cluster's rows whose policy and binding may still be in its API server: applied, being removed, or in
+    error after they had been written."""
+    rows = AdmissionPolicyState.objects.filter(cluster=cluster).exclude(state=AdmissionState.NOT_APPLICABLE)
+    return [
+        row
+        for row in rows.order_by("object_name")
+        if row.state != AdmissionState.ERROR or row.applied_at is not None or row.resource_versions
+    ]
+
+
+@transaction.atomic
+def admission_state_forget(*, actor: Actor, state: AdmissionPolicyState) -> None:
+    """Drop a row without touching its cluster: the way out when the API server is gone for good, so the cluster can
+    be deleted or switched. Whatever was applied there stays until removed by hand; the audit event names it."""
+    before = {
+        "pool": state.pool_name,
+        "qos_policy": state.policy_name,
+        "name": state.object_name,
+        "state": state.state,
+        "manifest_hash": state.manifest_hash,
+    }
+    audit_record(
+        actor=actor,
+        action="admission.forget",
+        obj=state.cluster,
+        before=before,
+        message=f"forgot {state.object_name} for pool {state.pool_name}: left in the cluster, if it is there",
+    )
+    state.delete()
+
+
+def cluster_check_no_admission_objects(*, cluster: Cluster, action: str) -> None:
+    """Refuse (409) what would drop the cluster's rows while its admission objects may still deny pods there: the
+    sync could then never delete them."""
+    rows = admission_objects_left(cluster)
+    if rows:
+        objects = ", ".join(f"{row.object_name} for pool {row.pool_name}" for row in rows)
+        raise ApplicationError(OBJECTS_LEFT.format(cluster=cluster.name, objects=objects, action=action), status=409)
+
+
+def cluster_pre_save(sender, instance: Cluster, raw=False, update_fields=None, **kwargs):
+    """Receiver (fleet.Cluster pre_save): no switch from the kubernetes driver while admission objects are left."""
+    if raw or instance.pk is None or instance.driver == ClusterDriver.KUBERNETES:
+        return
+    if update_fields is not None and "driver" not in update_fields:
+        return
+    stored = Cluster.objects.filter(pk=instance.pk).values_list("driver", flat=True).first()
+    if stored == ClusterDriver.KUBERNETES:
+        cluster_check_no_admission_objects(cluster=instance, action="switch its driver")
+
+
+def cluster_pre_delete(sender, instance: Cluster, **kwargs):
+    """Receiver (fleet.Cluster pre_delete): no delete while admission objects are left in its API server."""
+    cluster_check_no_admission_objects(cluster=instance, action="delete it")

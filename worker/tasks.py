@@ -149,7 +149,8 @@ def clusters_sync_admission() -> int:
 
 @shared_task(soft_time_limit=50, time_limit=60)
 def admission_sync(cluster_id: int) -> dict:
-    """Create, replace or delete one cluster's ValidatingAdmissionPolicies so they match its pools' QoS policies."""
+    """Create, replace or delete one cluster's ValidatingAdmissionPolicies so they match its pools' QoS policies; a
+    pass already running there makes this one return at once (the tick and the sweep both enqueue)."""
     from fleet.models import Cluster
 
     cluster = Cluster.objects.filter(pk=cluster_id).first()

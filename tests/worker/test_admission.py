@@ -2,12 +2,13 @@
 (never mocked) creates a ValidatingAdmissionPolicy and binding per enforcing pool, writes nothing on a repeated
 pass, replaces after a rule change, deletes when enforcement ends (switched off, policy removed, window ends, pool
 gone), skips agent clusters, and records API refusals as clear messages; names, pool labels and the tick's
-selection of clusters."""
+selection of clusters; one pass per cluster at a time, and a pass cut short by its time limit keeps what it wrote."""
 
 import json
 from datetime import UTC, datetime, time
 
 import pytest
+from celery.exceptions import SoftTimeLimitExceeded
 from kubernetes import client, config
 
 from core.audit import Actor
@@ -19,7 +20,8 @@ from sharing.models import QoSPolicy
 from simulator import Simulator
 from tests.factories import ClusterFactory, NodePoolFactory
 from worker import admission, tasks
-from worker.drivers.kubernetes.admission import MANIFEST_HASH, contains
+from worker.drivers.kubernetes.admission import CUT_SHORT, MANIFEST_HASH, AdmissionPolicies, contains
+from worker.locks import ADMISSION, WATCH, ClusterLock
 from worker.models import AdmissionPolicyState
 
 pytestmark = pytest.mark.django_db
@@ -307,8 +309,15 @@ def test_object_names_are_dns_subdomains_unique_per_cluster(cluster, policy):
     actor = Actor.system("test")
     for each in (a, b):
         sharing_services.pool_set_qos_policy(actor=actor, pool=each, policy=policy)
-    names = {d.name for d in admission.desired_admissions([a, b]).values()}
-    assert names == {f"tessera-inference-qos-a-b-{a.pk}", f"tessera-inference-qos-a-b-{b.pk}"}
+    # A pool whose natural name looks like a suffixed one: suffixes use two hyphens, which no natural name has.
+    c = NodePoolFactory(cluster=cluster, name=f"a-b-{a.pk}", node_selector="k=c")
+    sharing_services.pool_set_qos_policy(actor=actor, pool=c, policy=policy)
+    names = {pk: d.name for pk, d in admission.desired_admissions([a, b, c]).items()}
+    assert names == {
+        a.pk: f"tessera-inference-qos-a-b--{a.pk}",
+        b.pk: f"tessera-inference-qos-a-b--{b.pk}",
+        c.pk: f"tessera-inference-qos-a-b-{a.pk}",
+    }
 
 
 @pytest.mark.parametrize(
@@ -351,3 +360,70 @@ def test_a_policy_change_syncs_once_it_commits(vap, actor, cluster, pool, policy
     with django_capture_on_commit_callbacks(execute=True):
         sharing_services.qos_policy_update(actor=actor, policy=policy, enforce_admission=False)
     assert live(vap)["policy"] == {} and not AdmissionPolicyState.objects.exists()
+
+
+def test_a_pass_finding_the_clusters_lock_held_does_nothing(sim, vap, cluster, enforcing):
+    other = ClusterLock(cluster.pk, ADMISSION)
+    assert other.acquire()
+    try:
+        result = sync(cluster)
+        assert result.skipped == admission.BUSY and "next tick or sweep" in result.skipped
+        assert live(vap)["policy"] == {} and not AdmissionPolicyState.objects.exists() and audit_actions() == []
+        watcher = ClusterLock(cluster.pk, WATCH)  # the watcher's lock of the same cluster is another one
+        assert watcher.acquire()
+        watcher.release()
+    finally:
+        other.release()
+    assert sync(cluster).created == 2
+    after = ClusterLock(cluster.pk, ADMISSION)
+    assert after.acquire()  # released when the pass ended
+    after.release()
+
+
+def test_a_pass_cut_short_records_what_it_wrote_and_releases_the_lock(sim, vap, actor, monkeypatch, cluster, policy):
+    first = NodePoolFactory(cluster=cluster, name="inference", node_selector="tessera.io/pool=inference")
+    second = NodePoolFactory(cluster=cluster, name="training", node_selector="tessera.io/pool=training")
+    for pool in (first, second):
+        sharing_services.pool_set_qos_policy(actor=actor, pool=pool, policy=policy)
+    training = "tessera-inference-qos-training"
+    ensure, delete = AdmissionPolicies._ensure, AdmissionPolicies._delete
+
+    def ensure_until_the_time_limit(self, kind, name, body, live):
+        if (kind, name) == ("binding", training):
+            raise SoftTimeLimitExceeded()  # as Celery raises it, in the middle of the pass
+        return ensure(self, kind, name, body, live)
+
+    monkeypatch.setattr(AdmissionPolicies, "_ensure", ensure_until_the_time_limit)
+    with pytest.raises(SoftTimeLimitExceeded):
+        sync(cluster)
+    objects = live(vap)
+    assert set(objects["policy"]) == {NAME, training} and set(objects["binding"]) == {NAME}
+    assert audit_actions() == ["admission.create"] * 3  # every write made before the limit is audited
+    rows = {row.pool_name: row for row in AdmissionPolicyState.objects.all()}
+    assert rows["inference"].state == "applied"
+    assert (rows["training"].state, rows["training"].error) == ("error", CUT_SHORT)
+    assert rows["training"].resource_versions == {"policy": objects["policy"][training]["metadata"]["resourceVersion"]}
+    lock = ClusterLock(cluster.pk, ADMISSION)
+    assert lock.acquire()  # released on the way out
+    lock.release()
+
+    monkeypatch.setattr(AdmissionPolicies, "_ensure", ensure)
+    assert (sync(cluster).created, AdmissionPolicyState.objects.get(pool=second).state) == (1, "applied")
+
+    # Cut short while deleting: the pair deleted first loses its row, the one cut short keeps it (still removing).
+    def delete_until_the_time_limit(self, kind, name):
+        if (kind, name) == ("policy", training):
+            raise SoftTimeLimitExceeded()
+        return delete(self, kind, name)
+
+    monkeypatch.setattr(AdmissionPolicies, "_delete", delete_until_the_time_limit)
+    sharing_services.qos_policy_update(actor=actor, policy=policy, enforce_admission=False)
+    with pytest.raises(SoftTimeLimitExceeded):
+        sync(cluster)
+    objects = live(vap)
+    assert set(objects["policy"]) == {training} and objects["binding"] == {}
+    row = AdmissionPolicyState.objects.get()
+    assert (row.pool_id, row.state, row.error) == (second.pk, "removing", CUT_SHORT)
+    assert audit_actions()[-3:] == ["admission.delete"] * 3
+    monkeypatch.setattr(AdmissionPolicies, "_delete", delete)
+    assert sync(cluster).deleted == 1 and live(vap)["policy"] == {} and not AdmissionPolicyState.objects.exists()

@@ -1,13 +1,18 @@
 """Admission enforcement in the API and on the pages: `/api/v1/admission-policies/` (read-only, viewer role, filters,
 bounded queries), the QoS policy page and the pool's compliance page (Applied / Error / Pending / Not applicable,
-object names, the manifest in a <details> block, the hint when enforcement is off)."""
+object names, the manifest in a <details> block, the hint when enforcement is off); clusters whose admission objects
+may still deny pods can neither switch driver nor be deleted; the rows are read-only in the Django admin."""
 
 import re
 
 import pytest
+from django.contrib.admin.sites import site
+from django.test import RequestFactory
 from django.urls import reverse
 
 from core.audit import Actor
+from core.models import AuditEvent
+from fleet.models import Cluster
 from sharing import services as sharing_services
 from simulator import Simulator
 from tests.factories import ClusterFactory, NodePoolFactory
@@ -146,3 +151,103 @@ def test_an_enforcing_policy_not_yet_synced_is_pending(client, viewer, policy):
     client.force_login(viewer)
     page = text(client.get(reverse("sharing:pool_compliance", args=[pool.pk])).content.decode())
     assert "State Pending applied by the next sync" in page and "tessera-inference-qos-fresh" in page
+
+
+def test_the_compliance_page_shows_the_suffixed_name_the_sync_applied(sim, client, viewer, policy):
+    """Pools whose names collide get suffixes over the whole cluster; the page of one of them shows the same name."""
+    cluster = ClusterFactory(name="sim", kubeconfig_path=sim.kubeconfig_path)
+    first = attach(NodePoolFactory(cluster=cluster, name="a-b", node_selector="tessera.io/pool=a-b"), policy)
+    attach(NodePoolFactory(cluster=cluster, name="a b", node_selector="tessera.io/pool=a_b"), policy)
+    assert admission.admission_sync(cluster=cluster).created == 4
+    suffixed = f"tessera-inference-qos-a-b--{first.pk}"
+    (view,) = admission.pool_admission_views([first])
+    assert (view.status, view.name) == ("applied", suffixed)
+    client.force_login(viewer)
+    page = text(client.get(reverse("sharing:pool_compliance", args=[first.pk])).content.decode())
+    assert "State Applied" in page and suffixed in page and "Pending" not in page
+
+
+def test_a_cluster_with_admission_objects_cannot_switch_driver_or_be_deleted(sim, admin_api, policy):
+    cluster = ClusterFactory(name="sim", kubeconfig_path=sim.kubeconfig_path)
+    attach(NodePoolFactory(cluster=cluster, name="inference", node_selector="tessera.io/pool=inference"), policy)
+    admission.admission_sync(cluster=cluster)
+    url = f"/api/v1/clusters/{cluster.pk}/"
+
+    switched = admin_api.patch(url, {"driver": "agent"}, format="json")
+    assert switched.status_code == 409
+    message = switched.json()["message"]
+    assert f"Cluster sim still has admission policies in its API server that deny GPU pods ({NAME}" in message
+    assert "Switch admission enforcement off" in message and "compliance pages show Removing" in message
+    assert "then switch its driver." in message and "/api/v1/admission-policies/<id>/forget/" in message
+    deleted = admin_api.delete(url)
+    assert deleted.status_code == 409 and "then delete it." in deleted.json()["message"]
+    assert Cluster.objects.get(pk=cluster.pk).driver == "kubernetes"
+
+    # Enforcement off, but the API server refuses the deletes: the row is `removing` and still holds the cluster.
+    sharing_services.qos_policy_update(actor=Actor.system("test"), policy=policy, enforce_admission=False)
+    sim.faults.update({"write_error_rate": 1.0, "error_codes": [403]})
+    admission.admission_sync(cluster=cluster)
+    assert AdmissionPolicyState.objects.get().state == "removing"
+    assert admin_api.delete(url).status_code == 409
+
+    sim.faults.update({"write_error_rate": 0.0})
+    admission.admission_sync(cluster=cluster)
+    assert not AdmissionPolicyState.objects.exists()
+    switched = admin_api.patch(url, {"driver": "agent"}, format="json")
+    assert switched.status_code == 200 and switched.json()["driver"] == "agent"
+    assert admin_api.delete(url).status_code == 204 and not Cluster.objects.filter(pk=cluster.pk).exists()
+
+
+def test_an_admin_forgets_the_objects_of_a_cluster_gone_for_good(sim, admin_api, operator_api, policy):
+    cluster = ClusterFactory(name="sim", kubeconfig_path=sim.kubeconfig_path)
+    attach(NodePoolFactory(cluster=cluster, name="inference", node_selector="tessera.io/pool=inference"), policy)
+    admission.admission_sync(cluster=cluster)
+    row = AdmissionPolicyState.objects.get()
+    forget = f"/api/v1/admission-policies/{row.pk}/forget/"
+    assert operator_api.post(forget).status_code == 403 and AdmissionPolicyState.objects.exists()
+    assert admin_api.post(forget).status_code == 204 and not AdmissionPolicyState.objects.exists()
+    event = AuditEvent.objects.get(action="admission.forget")
+    assert (event.object_id, event.before["name"], event.before["state"]) == (
+        str(cluster.pk),
+        row.object_name,
+        "applied",
+    )
+    assert admin_api.patch(f"/api/v1/clusters/{cluster.pk}/", {"driver": "agent"}, format="json").status_code == 200
+
+
+def test_a_pool_that_never_got_objects_does_not_hold_its_cluster(admin_api, policy):
+    explicit = attach(NodePoolFactory(name="hand-picked", node_selector=""), policy)  # cannot be enforced: an error
+    admission.admission_sync(cluster=explicit.cluster)
+    assert AdmissionPolicyState.objects.get().state == "error"
+    assert admin_api.delete(f"/api/v1/clusters/{explicit.cluster_id}/").status_code == 204
+
+
+def test_the_rows_are_read_only_in_the_django_admin(applied):
+    from tests.factories import UserFactory
+
+    request = RequestFactory().get("/admin/")
+    request.user = UserFactory(username="root", is_staff=True, is_superuser=True)
+    model_admin = site._registry[AdmissionPolicyState]
+    row = AdmissionPolicyState.objects.first()
+    assert not model_admin.has_add_permission(request)
+    assert not model_admin.has_change_permission(request, row)
+    assert not model_admin.has_delete_permission(request, row)
+    assert "delete_selected" not in model_admin.get_actions(request)
+
+
+def test_the_django_admin_shows_the_refusal_instead_of_failing(client, applied):
+    from django.forms.models import model_to_dict
+
+    from tests.factories import UserFactory
+
+    pool, _ = applied
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    data = {k: "" if v is None else v for k, v in model_to_dict(pool.cluster).items() if k != "in_cluster"}
+    change = reverse("admin:fleet_cluster_change", args=[pool.cluster_id])
+    response = client.post(change, {**data, "driver": "agent", "kubeconfig_path": ""}, follow=True)
+    assert response.status_code == 200 and "still has admission policies in its API server" in response.content.decode()
+    assert Cluster.objects.get(pk=pool.cluster_id).driver == "kubernetes"
+    # Its rows cannot be deleted there, so neither can the cluster they belong to (Django's own refusal).
+    assert (
+        client.post(reverse("admin:fleet_cluster_delete", args=[pool.cluster_id]), {"post": "yes"}).status_code == 403
+    )

@@ -10,7 +10,7 @@ from core.audit import Actor
 from core.roles import Role
 from fleet.models import Node
 from worker import reconcile, services
-from worker.admission import admission_states
+from worker.admission import admission_state_forget, admission_states
 from worker.api import serializers
 from worker.filtersets import NodeChangeFilterSet, RolloutFilterSet
 from worker.models import NodeChange, Rollout
@@ -92,3 +92,12 @@ class AdmissionPolicyStateViewSet(viewsets.ReadOnlyModelViewSet):
         if self.action == "retrieve":
             return serializers.AdmissionPolicyStateDetailSerializer
         return serializers.AdmissionPolicyStateSerializer
+
+    @extend_schema(request=None, responses={204: None})
+    @action(detail=True, methods=["post"])
+    def forget(self, request, pk=None):
+        """Admins: drop the record without touching the cluster (its API server is gone for good), so the cluster
+        can be deleted or switched to the agent driver. The objects stay there, if they are; the next sync of a
+        reachable cluster writes what its pools need again."""
+        admission_state_forget(actor=Actor.from_request(request), state=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)

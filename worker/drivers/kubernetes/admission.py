@@ -1,14 +1,18 @@
 """ValidatingAdmissionPolicies and their bindings (admissionregistration.k8s.io/v1, Kubernetes >= 1.30) that Tessera
 manages in one cluster: read them by label, then create, replace or delete each pair until the cluster shows what is
-wanted. A pass that finds nothing different writes nothing.
+wanted. A pass that finds nothing different writes nothing. Each pair's outcome is handed to the caller as soon as
+the pair is done, so a pass cut short by the task's time limit has recorded (and audited) every write it made.
 
 The API server fills in defaults (failurePolicy, matchPolicy, empty selectors, rule scopes), so a live object
 matches when it carries everything Tessera sent (defaults may be added) and the manifest hash annotation.
 """
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
+from celery.exceptions import SoftTimeLimitExceeded
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -19,6 +23,7 @@ from worker.drivers.kubernetes.labels import MANAGED_BY, MANAGED_BY_TESSERA
 MANIFEST_HASH = "tessera.io/manifest-sha256"
 KINDS = ("policy", "binding")  # creation order; deletion runs backwards (a binding never outlives its policy)
 CONFLICT_ATTEMPTS = 4
+CUT_SHORT = "the sync was cut short by its time limit; the next pass finishes it"
 NOT_SERVED = (
     "the API server does not serve admissionregistration.k8s.io/v1 ValidatingAdmissionPolicies "
     "(they need Kubernetes 1.30 or later)"
@@ -133,40 +138,54 @@ class AdmissionPolicies:
         for kind in KINDS:
             try:
                 items, _ = list_all(self._calls[kind][0], label_selector=f"{MANAGED_BY}={MANAGED_BY_TESSERA}")
+            except SoftTimeLimitExceeded:
+                raise
             except Exception as exc:
                 raise DriverError(describe(exc), transient=is_transient(exc)) from None
             for item in items:
                 found.setdefault(item["metadata"]["name"], {})[kind] = item
         return found
 
-    def sync(self, wanted: list[Wanted], observed: dict[str, dict[str, dict]]) -> list[Outcome]:
+    def sync(
+        self,
+        wanted: list[Wanted],
+        observed: dict[str, dict[str, dict]],
+        done: Callable[[Outcome], None] = lambda outcome: None,
+    ) -> list[Outcome]:
         """Create or replace each wanted pair that differs, delete every managed pair not wanted; one Outcome per
-        pair touched or checked (wanted ones always, unwanted ones that existed)."""
+        pair touched or checked (wanted ones always, unwanted ones that existed), each passed to `done` as soon as
+        its pair is finished. Celery's soft time limit is not an error of the pair: the pair's outcome so far goes
+        to `done` (its writes are real) and the exception propagates, ending the pass."""
         outcomes = []
-        for item in wanted:
-            outcome = Outcome(item.name)
-            live = observed.get(item.name, {})
-            try:
-                for kind in KINDS:
-                    body = _with_hash(getattr(item, kind), item.manifest_hash)
-                    action, version = self._ensure(kind, item.name, body, live.get(kind))
-                    outcome.resource_versions[kind] = version
-                    if action:
-                        outcome.actions.append((kind, action))
-            except Exception as exc:
-                outcome.error = describe(exc)
-            outcomes.append(outcome)
         names = {item.name for item in wanted}
-        for name in sorted(set(observed) - names):
+        work = [(item.name, partial(self._ensure_pair, item, observed.get(item.name, {}))) for item in wanted]
+        work += [(name, partial(self._delete_pair, observed[name])) for name in sorted(set(observed) - names)]
+        for name, write in work:
             outcome = Outcome(name)
             try:
-                for kind in reversed(KINDS):
-                    if kind in observed[name] and self._delete(kind, name):
-                        outcome.actions.append((kind, "deleted"))
+                write(outcome)
+            except SoftTimeLimitExceeded:
+                outcome.error = CUT_SHORT
+                done(outcome)
+                raise
             except Exception as exc:
                 outcome.error = describe(exc)
             outcomes.append(outcome)
+            done(outcome)
         return outcomes
+
+    def _ensure_pair(self, item: Wanted, live: dict[str, dict], outcome: Outcome) -> None:
+        for kind in KINDS:
+            body = _with_hash(getattr(item, kind), item.manifest_hash)
+            action, version = self._ensure(kind, item.name, body, live.get(kind))
+            outcome.resource_versions[kind] = version
+            if action:
+                outcome.actions.append((kind, action))
+
+    def _delete_pair(self, live: dict[str, dict], outcome: Outcome) -> None:
+        for kind in reversed(KINDS):
+            if kind in live and self._delete(kind, outcome.name):
+                outcome.actions.append((kind, "deleted"))
 
     def _read(self, kind: str, name: str) -> dict | None:
         try:

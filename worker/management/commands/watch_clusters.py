@@ -4,91 +4,25 @@ One watcher thread per cluster (worker.sync.ClusterWatcher: list, then watch fro
 The cluster list is re-read every `--rescan` seconds: new clusters get a watcher, removed ones lose theirs, a
 cluster whose settings changed gets a fresh one. SIGTERM or SIGINT stops every watcher and exits 0.
 
-Never two watchers for one cluster, across processes and hosts: each watcher first takes a lock that its holder
-keeps for its lifetime and that dies with it (no expiry to tune, no stale lease after a crash):
-- PostgreSQL: a session-level advisory lock, `pg_try_advisory_lock(<namespace>, <cluster id>)`, on a
-  connection of its own held by this process;
-- SQLite: `flock()` on a file beside the database file. SQLite is only shared between processes on one host
-  (the file is local), so an OS lock on that host is exact; it is released by the kernel when the process dies.
+Never two watchers for one cluster, across processes and hosts: each watcher first takes the cluster's lock
+(worker.locks.ClusterLock, namespace WATCH) that its holder keeps for its lifetime and that dies with it.
 A process that cannot take a cluster's lock leaves that cluster alone and tries again at the next rescan, so a
 standby `watch_clusters` takes over within one rescan of the active one stopping.
 """
 
-import fcntl
 import logging
 import os
 import signal
 import threading
-from pathlib import Path
 
 from django.core.management.base import BaseCommand
-from django.db import close_old_connections, connections
+from django.db import close_old_connections
 
 from fleet.choices import ClusterDriver
 from fleet.models import Cluster
+from worker.locks import WATCH, ClusterLock
 
 log = logging.getLogger(__name__)
-
-ADVISORY_NAMESPACE = 0x7E55  # first key of the two-int advisory lock: "Tessera cluster watcher"
-
-
-class ClusterLock:
-    """The right to watch one cluster (see the module docstring). `acquire()` never blocks."""
-
-    def __init__(self, cluster_id: int, alias: str = "default"):
-        self.cluster_id = cluster_id
-        self.alias = alias
-        self._file = None
-        self._connection = None
-
-    def acquire(self) -> bool:
-        vendor = connections[self.alias].vendor
-        if vendor == "postgresql":
-            connection = connections.create_connection(self.alias)
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [ADVISORY_NAMESPACE, self.cluster_id])
-                held = cursor.fetchone()[0]
-            if held:
-                self._connection = connection
-            else:
-                connection.close()
-            return bool(held)
-        if vendor == "sqlite":
-            path = Path(str(connections[self.alias].settings_dict["NAME"]) + f".watch-cluster-{self.cluster_id}.lock")
-            handle = open(path, "a+")  # noqa: SIM115 - held open while the lock is held
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                handle.close()
-                return False
-            self._file = handle
-            return True
-        raise RuntimeError(f"watch_clusters has no lock for the {vendor} database")
-
-    def alive(self) -> bool:
-        """Still ours? (An advisory lock dies with its connection, e.g. after a database restart.)"""
-        if self._connection is not None:
-            try:
-                with self._connection.cursor() as cursor:
-                    cursor.execute("SELECT 1")
-                return True
-            except Exception:
-                return False
-        return self._file is not None
-
-    def release(self) -> None:
-        if self._connection is not None:
-            try:
-                with self._connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [ADVISORY_NAMESPACE, self.cluster_id])
-            except Exception:
-                pass  # the session ends below either way, and with it the lock
-            self._connection.close()
-            self._connection = None
-        if self._file is not None:
-            fcntl.flock(self._file, fcntl.LOCK_UN)
-            self._file.close()
-            self._file = None
 
 
 def _fingerprint(cluster: Cluster) -> tuple:
@@ -116,7 +50,7 @@ class Supervisor:
     def _start(self, cluster: Cluster) -> None:
         from worker.sync import ClusterWatcher
 
-        lock = ClusterLock(cluster.pk)
+        lock = ClusterLock(cluster.pk, WATCH)
         if not lock.acquire():
             log.info("cluster %s is watched by another process; leaving it", cluster.name)
             return
