@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count, Prefetch
 
-from fleet.models import Gpu, Node, Pod
+from fleet.choices import ClusterDriver
+from fleet.models import Gpu, Node, NodePool, Pod
 from sharing.mig import UnknownProductError
 from sharing.models import PoolSharing, SharingProfile
 from sharing.qos import PodView
@@ -137,3 +138,11 @@ def profiles_under_pool_policy(pool) -> list[SharingProfile]:
     if schedule is not None:
         profiles += [w.profile for w in schedule.windows.filter(qos_policy__isnull=True).select_related("profile")]
     return list({p.pk: p for p in profiles}.values())
+
+
+def pools_without_pods_to_check(pools: list[NodePool]) -> set[int]:
+    """Agent pools with no pod observed: their nodes report GPU processes, not Kubernetes pods, so a report there
+    would say "compliant" of nothing."""
+    agent = [p.pk for p in pools if p.cluster.driver == ClusterDriver.AGENT]
+    with_pods = set(Pod.objects.filter(node__pool_id__in=agent).values_list("node__pool_id", flat=True).distinct())
+    return set(agent) - with_pods

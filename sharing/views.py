@@ -627,6 +627,7 @@ def compliance_list(request):
     """Every pool's last QoS compliance check: the policy in force now, when it was checked, what it found."""
     pools = list(NodePool.objects.select_related("cluster", "qos_compliance__policy").order_by("cluster__name", "name"))
     states = pool_states([p.pk for p in pools])
+    unchecked = selectors.pools_without_pods_to_check(pools)
     rows, without = [], 0
     for pool in pools:
         report = getattr(pool, "qos_compliance", None)
@@ -636,6 +637,7 @@ def compliance_list(request):
             continue
         pool.state, pool.report = state, report
         pool.stale_policy = report is not None and report.policy_id != getattr(state.qos_policy, "pk", None)
+        pool.no_pods_here = pool.pk in unchecked
         rows.append(pool)
     totals = {
         "violations": sum(p.report.violation_count for p in rows if p.report),
@@ -652,6 +654,7 @@ def _compliance_context(pool: NodePool) -> dict:
     report = QoSComplianceReport.objects.filter(pool=pool).select_related("policy").first()
     admission = pool_admission_views([pool])
     context = {"pool": pool, "state": state, "report": report, "admission": admission[0] if admission else None}
+    context["no_pods_here"] = bool(selectors.pools_without_pods_to_check([pool]))
     if state.qos_policy is not None:
         context["rules"] = qos_rule_summary(state.qos_policy)
     if report is not None:
