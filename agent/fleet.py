@@ -35,7 +35,7 @@ class Fleet:
 
 def start_fleet(
     server: str,
-    join_token: str,
+    join_token: str | None,
     count: int,
     state_root: Path,
     *,
@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float)
     parser.add_argument("--no-workload", action="store_true", help="no simulated jobs: GPUs stay idle")
     args = parser.parse_args(argv)
-    if not args.server or not args.join_token:
-        parser.error("--server and --join-token (or TESSERA_SERVER and TESSERA_JOIN_TOKEN) are required")
+    if not args.server:
+        parser.error("--server (or TESSERA_SERVER) is required")
     logging.basicConfig(level="INFO", stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     fleet = start_fleet(
         args.server,

@@ -151,7 +151,7 @@ def _agent_credential(node: Node) -> AgentCredential | None:
     return node_agent_credential(node) or AgentCredential.objects.filter(node=node).select_related("join_token").first()
 
 
-def _node_qos(node: Node) -> dict:
+def _node_qos(node: Node, gpus: list) -> dict:
     """The node's QoS policy (from its pool or schedule window) with its node settings and kubelet expectations beside
     what the node runs; agent nodes apply the settings and report them, others do not."""
     # A node's QoS policy always comes from its pool (a pin changes only its profile): desired_state without the pins.
@@ -162,9 +162,8 @@ def _node_qos(node: Node) -> dict:
     kubelet = node.kubelet_config or {}
     desired, comparison = policy.node_settings(), None
     if qos["agent_driven"] and (desired["gpu"] or desired["host"]):
-        gpus = list(node.gpus.live().order_by("index").values_list("settings", flat=True))
         comparison = qos["comparison"] = compare_node_settings(
-            desired, host=node.host_settings, gpus=gpus, agent_record=node.agent_node_settings
+            desired, host=node.host_settings, gpus=[g.settings for g in gpus], agent_record=node.agent_node_settings
         )
     qos.update(
         settings=_qos_rows(policy, comparison),
@@ -217,13 +216,14 @@ def node_list(request):
 def node_detail(request, pk):
     """One node as it last reported, beside what it should be (pin, schedule or pool); its change history and GPUs."""
     node = get_object_or_404(selectors.node_detail_queryset(), pk=pk)
+    gpus = selectors.node_gpus(node)
     context = {
         "node": node,
-        "gpus": selectors.node_gpus(node),
+        "gpus": gpus,
         "desired": desired_vs_observed([node])[0],
         "pin": NodePin.objects.filter(node=node).select_related("profile", "pinned_by").first(),
         "changes": list(NodeChange.objects.filter(node=node).select_related("rollout").order_by("-pk")[:NODE_CHANGES]),
-        "qos": _node_qos(node),
+        "qos": _node_qos(node, gpus),
         "credential": _agent_credential(node),
         "agent_stale": node.agent_last_seen_at is None or node.agent_last_seen_at < agent_stale_cutoff(),
     }

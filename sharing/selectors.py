@@ -144,5 +144,7 @@ def pools_without_pods_to_check(pools: list[NodePool]) -> set[int]:
     """Agent pools with no pod observed: their nodes report GPU processes, not Kubernetes pods, so a report there
     would say "compliant" of nothing."""
     agent = [p.pk for p in pools if p.cluster.driver == ClusterDriver.AGENT]
-    with_pods = set(Pod.objects.filter(node__pool_id__in=agent).values_list("node__pool_id", flat=True).distinct())
+    with_pods = set(
+        Pod.objects.filter(node__pool_id__in=agent).order_by().values_list("node__pool_id", flat=True).distinct()
+    )
     return set(agent) - with_pods

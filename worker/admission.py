@@ -117,12 +117,14 @@ def render_for_pool(policy: QoSPolicy, pool: NodePool, name: str) -> DesiredAdmi
     return DesiredAdmission(pool, policy, name, manifest, digest, Wanted(name, *rendered, digest))
 
 
-def desired_admissions(pools, *, at=None) -> dict[int, DesiredAdmission]:
+def desired_admissions(pools, *, at=None, states=None, render_only=None) -> dict[int, DesiredAdmission]:
     """Pool id -> what it should enforce at `at` (default now), for the pools whose QoS policy in force has
     `enforce_admission`. Names are unique per cluster when `pools` holds all of its pools: pools whose names would
-    collide get `--<id>` appended, which no natural name has (slugs never hold two hyphens in a row)."""
+    collide get `--<id>` appended, which no natural name has (slugs never hold two hyphens in a row). `states`: the
+    pools' states when the caller has them; `render_only`: the pool ids whose manifests are wanted (a page shows a
+    few; every pool is still named, so suffixes stay those of the sync)."""
     pools = list(pools)
-    states = pool_states([p.pk for p in pools], at=at)
+    states = states if states is not None else pool_states([p.pk for p in pools], at=at)
     enforcing = []
     for pool in sorted(pools, key=lambda p: p.pk):
         policy = states[pool.pk].qos_policy
@@ -133,6 +135,8 @@ def desired_admissions(pools, *, at=None) -> dict[int, DesiredAdmission]:
         seen[(pool.cluster_id, name)] = seen.get((pool.cluster_id, name), 0) + 1
     result = {}
     for pool, policy, name in enforcing:
+        if render_only is not None and pool.pk not in render_only:
+            continue
         if seen[(pool.cluster_id, name)] > 1:
             name = f"{name[: NAME_LIMIT - 12].rstrip('-')}--{pool.pk}"
         result[pool.pk] = render_for_pool(policy, pool, name)
@@ -441,12 +445,17 @@ class AdmissionView:
         return self.row.error if self.row is not None else ""
 
 
-def pool_admission_views(pools) -> list[AdmissionView]:
+def pool_admission_views(pools, *, states=None) -> list[AdmissionView]:
     """Admission enforcement of these pools (wanted now or still recorded), in the pools' order; a few queries.
-    Object names are worked out over every pool of their clusters, as the sync does (colliding names get suffixes)."""
+    Object names are worked out over every pool of their clusters, as the sync does (colliding names get suffixes);
+    `states`, when the caller has them, must cover those clusters' pools."""
     pools = list(pools)
     clusters = {pool.cluster_id for pool in pools}
-    desired = desired_admissions(NodePool.objects.filter(cluster_id__in=clusters).select_related("cluster"))
+    desired = desired_admissions(
+        NodePool.objects.filter(cluster_id__in=clusters).select_related("cluster"),
+        states=states,
+        render_only={pool.pk for pool in pools},
+    )
     rows = {
         r.pool_id: r
         for r in AdmissionPolicyState.objects.filter(pool__in=[p.pk for p in pools]).select_related("qos_policy")
@@ -464,7 +473,8 @@ def policy_admission_views(policy: QoSPolicy) -> list[AdmissionView]:
     in_force = {pool_id for pool_id, state in states.items() if state.qos_policy and state.qos_policy.pk == policy.pk}
     recorded = AdmissionPolicyState.objects.filter(qos_policy=policy, pool__isnull=False).values_list("pool_id")
     pools = NodePool.objects.filter(Q(pk__in=in_force) | Q(pk__in=recorded)).select_related("cluster")
-    return [v for v in pool_admission_views(pools.order_by("cluster__name", "name")) if _about(v, policy)]
+    views = pool_admission_views(pools.order_by("cluster__name", "name"), states=states)
+    return [v for v in views if _about(v, policy)]
 
 
 def _about(view: AdmissionView, policy: QoSPolicy) -> bool:

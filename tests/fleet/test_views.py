@@ -277,6 +277,28 @@ def test_node_page_query_count_is_bounded(client_viewer, django_assert_max_num_q
         assert client_viewer.get(reverse("fleet:node_detail", args=[node.pk])).status_code == 200
 
 
+@pytest.mark.parametrize("gpus", [1, 8])
+def test_agent_node_page_with_qos_settings_query_count_is_bounded(
+    client_viewer, admin_user, django_assert_max_num_queries, gpus
+):
+    from core.audit import Actor
+    from sharing import services as sharing_services
+
+    pool = NodePoolFactory(cluster=ClusterFactory(driver="agent", kubeconfig_path=""))
+    node = NodeFactory(cluster=pool.cluster, pool=pool, host_settings={"thp": "madvise"})
+    for index in range(gpus):
+        GpuFactory(node=node, index=index, settings={"power_limit_w": 700.0, "persistence_mode": True})
+    actor = Actor.for_user(admin_user)
+    policy = sharing_services.qos_policy_create(
+        actor=actor, name="tuned", transparent_hugepages="never", power_limit_w=600, persistence_mode=True
+    )
+    sharing_services.pool_set_qos_policy(actor=actor, pool=pool, policy=policy)
+    # The list above, plus the pool's QoS state (sharing, schedule), its compliance report and the agent credential.
+    with django_assert_max_num_queries(17):
+        page = client_viewer.get(reverse("fleet:node_detail", args=[node.pk])).content.decode()
+    assert "Power limit" in page and "differs" in page
+
+
 # --- node and GPU pages ----------------------------------------------------------------------------------------
 
 

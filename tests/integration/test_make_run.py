@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import urllib.request
+from contextlib import contextmanager
 
 from tests.processes import ROOT, free_port, wait_until
 
@@ -28,12 +29,16 @@ def _lab_nodes(database) -> list[tuple[str, str]]:
             return []
 
 
-def test_the_embedded_default_starts_the_fleet_and_the_agent_lab_then_stops_on_ctrl_c(tmp_path):
-    port = free_port()
+LAB_NODES_SEEN = "SELECT MIN(node.last_seen_at) FROM fleet_node AS node WHERE node.name LIKE 'sim-node-%'"
+
+
+@contextmanager
+def _make_run(var_dir, log_path, port):
+    """`manage.py run_embedded` on the embedded default in `var_dir` until the block ends; then Ctrl-C, and it must
+    stop cleanly."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}
-    env.update(DJANGO_SETTINGS_MODULE="config.settings.local", TESSERA_VAR_DIR=str(tmp_path))
+    env.update(DJANGO_SETTINGS_MODULE="config.settings.local", TESSERA_VAR_DIR=str(var_dir))
     env.update(TESSERA_ADMIN_PASSWORD="a-long-test-password")
-    log_path = tmp_path / "run.log"
     command = [
         sys.executable,
         "manage.py",
@@ -47,27 +52,41 @@ def test_the_embedded_default_starts_the_fleet_and_the_agent_lab_then_stops_on_c
     ]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        output = lambda: log_path.read_text(errors="replace")  # noqa: E731
         try:
-            output = lambda: log_path.read_text(errors="replace")  # noqa: E731
             wait_until(lambda: "Tessera is running" in output() or proc.poll() is not None, timeout=120)
             assert proc.poll() is None, output()
             assert f"Tessera is running at http://127.0.0.1:{port}/" in output()
-            assert "Login: admin / (from TESSERA_ADMIN_PASSWORD)" in output()
-            assert "Agent lab: cluster demo-lab, 2 simulated agent nodes in pool lab-h100" in output()
-            ready = wait_until(lambda: _healthz(port), timeout=60, message="the web server to answer")
-            assert ready == 200
-            nodes = wait_until(
-                lambda: len(_lab_nodes(tmp_path / "tessera.sqlite3")) == 2 and _lab_nodes(tmp_path / "tessera.sqlite3"),
-                timeout=60,
-                message="both simulated agents to register and report",
-            )
-            assert nodes == [("sim-node-0", "lab-h100"), ("sim-node-1", "lab-h100")]
-            assert "Traceback" not in output()
+            assert wait_until(lambda: _healthz(port), timeout=60, message="the web server to answer") == 200
+            yield output
         finally:
             proc.send_signal(signal.SIGINT)
             code = proc.wait(timeout=60)
-    assert code == 0 and "Stopped." in log_path.read_text(errors="replace")
+    assert code == 0 and "Stopped." in output() and "Traceback" not in output()
+
+
+def test_the_embedded_default_starts_the_fleet_and_the_agent_lab_then_stops_on_ctrl_c(tmp_path):
+    database, port = tmp_path / "tessera.sqlite3", free_port()
+    with _make_run(tmp_path, tmp_path / "first.log", port) as output:
+        assert "Login: admin / (from TESSERA_ADMIN_PASSWORD)" in output()
+        assert "Agent lab: cluster demo-lab, 2 simulated agent nodes in pool lab-h100" in output()
+        nodes = wait_until(
+            lambda: len(_lab_nodes(database)) == 2 and _lab_nodes(database),
+            timeout=60,
+            message="both simulated agents to register and report",
+        )
+        assert nodes == [("sim-node-0", "lab-h100"), ("sim-node-1", "lab-h100")]
     assert {p.name for p in (tmp_path / "agents").iterdir()} == {"sim-node-0", "sim-node-1"}
+    seen = _query(database, LAB_NODES_SEEN)
+    # Started again, the agents report with their stored credentials: no new join token is made for them.
+    with _make_run(tmp_path, tmp_path / "second.log", port):
+        wait_until(lambda: _query(database, LAB_NODES_SEEN) > seen, timeout=60, message="both agents to report again")
+    assert _query(database, "SELECT COUNT(*) FROM fleet_agentjointoken") == 1
+
+
+def _query(database, sql: str):
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
+        return db.execute(sql).fetchone()[0]
 
 
 def _healthz(port: int) -> int | None:

@@ -234,6 +234,7 @@ class Command(BaseCommand):
         """Register cluster demo-lab (agent driver) with a selector pool for its H100 nodes, and a join token for
         `count` simulated agents; returns their command and the banner lines. Their credentials live in
         var/agents and are reused across restarts; a new database starts them afresh."""
+        from agent.runner import load_credential
         from core.audit import Actor
         from fleet import agent_services
         from fleet import services as fleet_services
@@ -256,16 +257,20 @@ class Command(BaseCommand):
                 description="The lab's H100 nodes (selector on the GPU Feature Discovery label the agents report).",
                 node_selector=f"nvidia.com/gpu.product={LAB_PRODUCT}",
             )
-        _, token = agent_services.agent_join_token_create(
-            actor=Actor.system("make run"),
-            cluster=cluster,
-            name=f"make run {time.strftime('%Y-%m-%d %H:%M')}",
-            description="Joins the simulated agents of the demo lab.",
-            expires_at=timezone.now() + LAB_TOKEN_LIFETIME,
-            max_uses=count,
-        )
-        command = [python, "-m", "agent.fleet", "--server", server, "--join-token", token, "--count", str(count),
+        command = [python, "-m", "agent.fleet", "--server", server, "--count", str(count),
                    "--state-root", str(state_root), "--product", LAB_PRODUCT]  # fmt: skip
+        # Agents with a credential for this server need no token: none is made for them.
+        registered = sum(load_credential(d, server) is not None for d in state_root.glob("*") if d.is_dir())
+        if registered < count:
+            _, token = agent_services.agent_join_token_create(
+                actor=Actor.system("make run"),
+                cluster=cluster,
+                name=f"make run {time.strftime('%Y-%m-%d %H:%M')}",
+                description="Joins the simulated agents of the demo lab.",
+                expires_at=timezone.now() + LAB_TOKEN_LIFETIME,
+                max_uses=count - registered,
+            )
+            command += ["--join-token", token]
         return command, [f"Agent lab: cluster {LAB_CLUSTER}, {count} simulated agent nodes in pool {LAB_POOL}"]
 
     def _ensure_admin(self) -> str:
