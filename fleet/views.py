@@ -2,7 +2,6 @@
 the agents' join tokens."""
 
 from datetime import timedelta
-from types import SimpleNamespace
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -100,16 +99,9 @@ def _qos_rows(policy, comparison: SettingsComparison | None = None) -> list[dict
     return rows
 
 
-def _setting_display(name: str, value) -> str:
-    """A reported value as the policy editor shows its setting ("250 W", "On")."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return QoSPolicyForm.setting_display(SimpleNamespace(**{name: value}), name)
-
-
 def _observed_row(check: SettingCheck) -> dict:
     """What the node runs for one setting, in words: its value(s), on how many GPUs, and where it comes from."""
-    values = [(_setting_display(check.name, value), count) for value, count in check.observed]
+    values = [(QoSPolicyForm.value_display(check.name, value), count) for value, count in check.observed]
     if check.section == "host" or check.agent_record:
         observed = values[0][0] if values else ""
         detail = ""

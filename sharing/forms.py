@@ -478,7 +478,15 @@ class QoSPolicyForm(forms.Form):
     @classmethod
     def setting_display(cls, policy: QoSPolicy, name: str) -> str:
         """A policy's setting as an admin reads it, with its unit ("1980 MHz", "On"); "" when not set."""
-        value, field = getattr(policy, name), cls.base_fields[name]
+        return cls.value_display(name, getattr(policy, name))
+
+    @classmethod
+    def value_display(cls, name: str, value) -> str:
+        """A value of setting `name` as the editor shows it, wherever it comes from (a policy, a node's report: 250.0
+        read reads as "250 W")."""
+        field = cls.base_fields[name]
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
         if value in (None, ""):
             return ""
         if name == "persistence_mode":

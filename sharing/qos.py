@@ -222,21 +222,11 @@ def flagged_share(rules: WorkloadRules, pods: Sequence[PodView], gpus_per_node: 
 # --- QoS node settings: desired against what the node reported ------------------------------------------------------
 
 MATCHES, DIFFERS, NOT_REPORTED = "matches", "differs", "not_reported"
-# QoSPolicy.node_settings() keys, and the key of the agent's reading (Node.host_settings, Gpu.settings).
-HOST_READINGS = {
-    "transparent_hugepages": "thp",
-    "swappiness": "swappiness",
-    "cpu_governor": "cpu_governor",
-    "dirty_ratio": "dirty_ratio",
-    "dirty_background_ratio": "dirty_background_ratio",
-}
-# The other GPU settings (locked clocks, time slice, MPS daemon defaults) NVML cannot read back: the agent's record of
-# what it applied (Node.agent_node_settings) is all there is to compare them with.
-GPU_READINGS = {
-    "persistence_mode": "persistence_mode",
-    "compute_mode": "compute_mode",
-    "power_limit_w": "power_limit_w",
-}
+# The agent reads host tuning under the QoSPolicy.node_settings() keys (Node.host_settings), but for this one.
+HOST_READINGS = {"transparent_hugepages": "thp"}
+# The GPU settings NVML reads back (Gpu.settings, same keys). The others (locked clocks, time slice, MPS daemon
+# defaults) it cannot: the agent's record of what it applied (Node.agent_node_settings) is all there is to compare.
+GPU_READABLE = frozenset({"persistence_mode", "compute_mode", "power_limit_w"})
 
 
 @dataclass(frozen=True)
@@ -322,9 +312,8 @@ def compare_node_settings(
     checks = []
     recorded = (agent_record or {}).get("gpu") or {}
     for name, value in (desired.get("gpu") or {}).items():
-        if name in GPU_READINGS:
-            key = GPU_READINGS[name]
-            checks.append(_gpu_check(name, value, [(g or {}).get(key) for g in gpus]))
+        if name in GPU_READABLE:
+            checks.append(_gpu_check(name, value, [(g or {}).get(name) for g in gpus]))
         elif agent_record is None:
             checks.append(SettingCheck("gpu", name, value, NOT_REPORTED, gpus=len(gpus), agent_record=True))
         else:
