@@ -40,6 +40,8 @@ INSTALLED_APPS = [
     "sharing",
     "scheduling",
     "worker",
+    "agents",
+    "console",
 ]
 
 MIDDLEWARE = [
