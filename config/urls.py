@@ -17,6 +17,7 @@ api_v1 = [
 urlpatterns = [
     # The API first: node agents call it every few seconds, and every UI pattern tried before costs them (bench B2).
     path("api/v1/", include(api_v1)),
+    path("", include("console.urls")),
     path("", include("fleet.urls")),
     path("", include("core.urls")),
     path("", include("sharing.urls")),

@@ -87,6 +87,18 @@ def wants_fragment(request) -> bool:
     return bool(request.htmx) and not request.htmx.history_restore_request
 
 
+def paginate(request, rows, per_page: int):
+    """The requested page of `rows` (`?page=`), with the elided page range the pagination partial draws."""
+    page = Paginator(rows, per_page).get_page(request.GET.get("page"))
+    page.elided_range = list(page.paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1))
+    return page
+
+
+def render_table_page(request, template: str, partial: str, context: dict):
+    """The whole page, or only its table partial when HTMX swaps the table in place (filters, paging)."""
+    return render(request, f"{template}#{partial}" if wants_fragment(request) else template, context)
+
+
 def form_add_service_errors(form, exc, *, fields: dict[str, str] | None = None) -> None:
     """Show an ApplicationError (or a model ValidationError) in a form: each message beside its field.
 
@@ -113,8 +125,8 @@ _MISSING = object()
 AUDIT_DIFF_ROWS = 6
 _OBJECT_URLS = {
     "sharingprofile": "sharing:profile_detail",
-    "nodepool": "fleet:pool_detail",
-    "node": "fleet:node_detail",
+    "nodepool": "console:pool_detail",
+    "node": "console:node_detail",
     "cluster": "fleet:cluster_detail",
     "schedule": "scheduling:schedule_detail",
     "rollout": "worker:rollout_detail",
@@ -161,8 +173,7 @@ def audit_diff(before, after) -> list[dict]:
 def audit_log(request):
     """Every change of desired state and every rollout transition, filterable; HTMX swaps only the table."""
     filterset = AuditEventFilterSet(request.GET, queryset=AuditEvent.objects.all())
-    page = Paginator(filterset.qs, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
-    page.elided_range = list(page.paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1))
+    page = paginate(request, filterset.qs, AUDIT_PAGE_SIZE)
     for event in page.object_list:
         event.diff = audit_diff(event.before, event.after)
         name = _OBJECT_URLS.get(event.object_type)
@@ -175,5 +186,4 @@ def audit_log(request):
         "actor_kinds": AuditEvent.ActorKind.choices,
         "is_filtered": any(v for k, v in request.GET.items() if k != "page"),
     }
-    template = "core/audit_log.html"
-    return render(request, f"{template}#audit-table" if wants_fragment(request) else template, context)
+    return render_table_page(request, "core/audit_log.html", "audit-table", context)

@@ -72,7 +72,7 @@ class NodePool(models.Model):
         return f"{self.cluster.name}/{self.name}"
 
     def get_absolute_url(self):
-        return reverse("fleet:pool_detail", args=[self.pk])
+        return reverse("console:pool_detail", args=[self.pk])
 
 
 class Node(models.Model):
@@ -139,7 +139,7 @@ class Node(models.Model):
         return self.name
 
     def get_absolute_url(self):
-        return reverse("fleet:node_detail", args=[self.pk])
+        return reverse("console:node_detail", args=[self.pk])
 
 
 class Gpu(models.Model):
@@ -202,7 +202,7 @@ class Gpu(models.Model):
         return f"{self.node.name}/gpu{self.index}"
 
     def get_absolute_url(self):
-        return reverse("fleet:gpu_detail", args=[self.pk])
+        return reverse("console:gpu_detail", args=[self.pk])
 
     @property
     def memory_used_pct(self) -> float | None:

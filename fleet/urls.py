@@ -4,18 +4,12 @@ from fleet import views
 
 app_name = "fleet"
 urlpatterns = [
-    path("", views.overview, name="overview"),
-    path("overview/stats/", views.overview_stats, name="overview_stats"),
     path("clusters/", views.cluster_list, name="cluster_list"),
     path("clusters/<int:pk>/", views.cluster_detail, name="cluster_detail"),
     path("pools/", views.pool_list, name="pool_list"),
-    path("pools/<int:pk>/", views.pool_detail, name="pool_detail"),
     path("nodes/", views.node_list, name="node_list"),
-    path("nodes/<int:pk>/", views.node_detail, name="node_detail"),
-    path("nodes/<int:pk>/state/", views.node_state, name="node_state"),
     path("nodes/<int:pk>/agent/revoke/", views.node_agent_revoke, name="node_agent_revoke"),
     path("gpus/", views.gpu_list, name="gpu_list"),
-    path("gpus/<int:pk>/", views.gpu_detail, name="gpu_detail"),
     path("agents/tokens/", views.agent_token_list, name="agent_token_list"),
     path("agents/tokens/<int:pk>/revoke/", views.agent_token_revoke, name="agent_token_revoke"),
 ]

@@ -10,8 +10,9 @@ from core.exceptions import ApplicationError
 from fleet.models import NodePool
 from scheduling import windows
 from scheduling.models import Schedule, ScheduleException, ScheduleWindow
+from scheduling.selectors import pool_states
 from sharing.qos import consistency_errors
-from sharing.services import nodes_validation_errors
+from sharing.services import nodes_validation_errors, qos_compliance_record
 from sharing.signals import desired_state_changed
 
 SCHEDULE_FIELDS = (
@@ -198,3 +199,13 @@ def schedule_create_day_night(
         ],
         **values,
     )
+
+
+def pool_compliance_check(pool_id: int) -> int:
+    """Check one pool's pods against the QoS policy in force now (schedule window, baseline or pool default) and
+    record the report; the number of violations, 0 for a pool that is gone."""
+    pool = NodePool.objects.filter(pk=pool_id).first()
+    if pool is None:
+        return 0
+    policy = pool_states([pool_id])[pool_id].qos_policy
+    return qos_compliance_record(pool=pool, policy=policy).violation_count

@@ -3,7 +3,6 @@ and each schedule's page with its timeline, upcoming transitions and the impact 
 
 from collections.abc import Callable
 from datetime import timedelta
-from zoneinfo import ZoneInfo
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -29,155 +28,18 @@ from scheduling.forms import (
     window_initial,
 )
 from scheduling.models import Schedule, ScheduleWindow
+from scheduling.timeline import days_text, value_labeller, week_timeline
 from sharing import selectors as sharing_selectors
 from sharing.models import PoolSharing
 
 TRANSITION_DAYS = 7
 
-# --- the week timeline (geometry of the SVG; the window math is windows.week_segments) -----------------------------
-
-TL_LABEL = 96  # px left of the hours, for the day names
-TL_HOUR = 30  # px per hour: 24 h = 720 px
-TL_TOP = 24  # px above the first row, for the hour labels
-TL_ROW = 30
-TL_GAP = 6
-TL_COLOURS = 8
-
-
-def _day_x(minute: int) -> float:
-    return TL_LABEL + minute * TL_HOUR / 60
-
-
-def value_labeller(profiles: dict, policies: dict, default=None) -> Callable:
-    """Name a calendar value (profile id, QoS policy id) as an admin reads it; a None profile is the pool's default.
-
-    `default` is the pool's PoolSharing row (or None when it has none).
-    """
-
-    def label(value) -> str:
-        profile_id, qos_id = value if isinstance(value, tuple) else (value, None)
-        if profile_id is None:
-            profile = getattr(default, "profile", None)
-            text = f"Pool default ({profile.name})" if profile else "Pool default (none set)"
-        else:
-            text = profiles.get(profile_id, f"profile #{profile_id}")
-        if qos_id is not None:
-            text += f" · QoS {policies.get(qos_id, qos_id)}"
-        return text
-
-    return label
-
-
-def _is_pool_default(value) -> bool:
-    return value is None or value == (None, None)
-
-
-def week_timeline(calendar: windows.Calendar, label: Callable, *, now=None) -> dict:
-    """The 7 × 24 h drawing of a calendar in its own zone for the week containing `now`, with its legend.
-
-    `label` names a calendar value (see `value_labeller`).
-    """
-    now = now or timezone.now()
-    zone = ZoneInfo(calendar.tz)
-    local_now = now.astimezone(zone)
-    monday = local_now.date() - timedelta(days=local_now.weekday())
-    segments = windows.week_segments(calendar, monday)
-
-    colours: dict = {}
-
-    def colour(value):
-        if _is_pool_default(value):
-            return "default"
-        if value not in colours:
-            colours[value] = f"c{len(colours) % TL_COLOURS}"
-        return colours[value]
-
-    colour(calendar.baseline)
-    for window in calendar.windows:
-        colour(window.value)
-
-    rows = []
-    for n in range(7):
-        day = monday + timedelta(days=n)
-        y = TL_TOP + n * (TL_ROW + TL_GAP)
-        rows.append(
-            {
-                "day": day,
-                "y": y,
-                "text_y": y + TL_ROW / 2 + 4,
-                "today": day == local_now.date(),
-                "exception": day in calendar.exceptions,
-                "segments": [],
-            }
-        )
-    for segment in segments:
-        row = rows[(segment.day - monday).days]
-        row["segments"].append(
-            {
-                "x": _day_x(segment.start_minute),
-                "width": (segment.end_minute - segment.start_minute) * TL_HOUR / 60,
-                "start": f"{segment.start_minute // 60:02d}:{segment.start_minute % 60:02d}",
-                "end": f"{segment.end_minute // 60:02d}:{segment.end_minute % 60:02d}",
-                "colour": colour(segment.value),
-                "label": label(segment.value),
-                "window": segment.window_name,
-                "baseline": segment.window_name == "" and segment.value == calendar.baseline,
-            }
-        )
-    legend: dict = {
-        calendar.baseline: {
-            "colour": colour(calendar.baseline),
-            "label": label(calendar.baseline),
-            "notes": ["baseline"],
-        }
-    }
-    for window in calendar.windows:
-        entry = legend.setdefault(
-            window.value, {"colour": colour(window.value), "label": label(window.value), "notes": []}
-        )
-        if window.name and window.name not in entry["notes"]:
-            entry["notes"].append(window.name)
-    height = TL_TOP + 7 * (TL_ROW + TL_GAP)
-    today = next(r for r in rows if r["today"])
-    minute_now = local_now.hour * 60 + local_now.minute
-    viewer_zone = timezone.get_current_timezone_name()
-    return {
-        "tz": calendar.tz,
-        "rows": rows,
-        "legend": list(legend.values()),
-        "width": TL_LABEL + 24 * TL_HOUR + 24,
-        "height": height,
-        "plot_width": 24 * TL_HOUR,
-        "label_width": TL_LABEL,
-        "hours": [{"hour": h, "x": _day_x(h * 60), "label": h % 3 == 0} for h in range(25)],
-        "grid_bottom": height - TL_GAP,
-        "now": {
-            "x": _day_x(minute_now),
-            "y1": today["y"] - 4,
-            "y2": today["y"] + TL_ROW + 4,
-            "local": local_now,
-            "label_right": minute_now > 20 * 60,
-        },
-        "row_height": TL_ROW,
-        "zones_differ": viewer_zone != calendar.tz,
-        "viewer_zone": viewer_zone,
-        "week_of": monday,
-    }
-
-
 # --- list and detail -------------------------------------------------------------------------------------------
 
 
-def days_text(weekdays) -> str:
-    """Mon–Fri, Sun: runs of consecutive weekdays (0 = Monday), as the editor's checkboxes name them."""
-    runs: list[list[int]] = []
-    for day in sorted(set(weekdays)):
-        if runs and runs[-1][-1] == day - 1:
-            runs[-1].append(day)
-        else:
-            runs.append([day])
-    short = [name[:3] for name in windows.DAY_NAMES]
-    return ", ".join(short[r[0]] + (f"–{short[r[-1]]}" if len(r) > 1 else "") for r in runs)
+def _timeline(calendar: windows.Calendar, label: Callable, *, now=None) -> dict:
+    """The week timeline read in the viewer's zone (a note says when it is not the schedule's)."""
+    return week_timeline(calendar, label, now=now or timezone.now(), viewer_zone=timezone.get_current_timezone_name())
 
 
 def _schedules():
@@ -244,7 +106,7 @@ def schedule_detail(request, pk):
     context = {
         "schedule": schedule,
         "pool_default": default.profile if default else None,
-        "timeline": week_timeline(calendar, label, now=now),
+        "timeline": _timeline(calendar, label, now=now),
         "transitions": transitions,
         "following": following,
         "days": TRANSITION_DAYS,
@@ -305,7 +167,7 @@ def _preview_timeline(form, window_forms, exception_forms, *, now=None) -> dict:
         policies[baseline_qos.pk] = baseline_qos.name
     pool = data.get("pool")
     default = PoolSharing.objects.filter(pool=pool).select_related("profile").first() if pool else None
-    return week_timeline(calendar, value_labeller(profiles, policies, default), now=now)
+    return _timeline(calendar, value_labeller(profiles, policies, default), now=now)
 
 
 def _editor(request, schedule, forms, *, error="", window_errors=(), status=200):
@@ -317,7 +179,7 @@ def _editor(request, schedule, forms, *, error="", window_errors=(), status=200)
         timeline = _preview_timeline(form, window_forms, exception_forms)
     elif schedule is not None:
         label = _labeller([schedule], _pool_defaults([schedule]).get(schedule.pool_id))
-        timeline = week_timeline(schedule.to_calendar(), label)
+        timeline = _timeline(schedule.to_calendar(), label)
     else:
         timeline = None
     context = {

@@ -475,29 +475,6 @@ class QoSPolicyForm(forms.Form):
             initial["persistence_mode"] = "on" if policy.persistence_mode else "off"
         return initial
 
-    @classmethod
-    def setting_display(cls, policy: QoSPolicy, name: str) -> str:
-        """A policy's setting as an admin reads it, with its unit ("1980 MHz", "On"); "" when not set."""
-        return cls.value_display(name, getattr(policy, name))
-
-    @classmethod
-    def value_display(cls, name: str, value) -> str:
-        """A value of setting `name` as the editor shows it, wherever it comes from (a policy, a node's report: 250.0
-        read reads as "250 W")."""
-        field = cls.base_fields[name]
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if value in (None, ""):
-            return ""
-        if name == "persistence_mode":
-            return "On" if value else "Off"
-        if isinstance(value, bool):
-            return "Yes" if value else "No"
-        if getattr(field, "choices", None):
-            value = dict(field.choices).get(value, value)
-        unit = getattr(field, "unit", "")
-        return f"{value} {unit}" if unit else str(value)
-
     WIDE_FIELDS = ("exclusive_taint",)
 
     def sections(self):

@@ -163,7 +163,7 @@ class QoSPolicy(models.Model):
         return self.name
 
     def get_absolute_url(self):
-        return reverse("sharing:qos_detail", args=[self.pk])
+        return reverse("console:qos_detail", args=[self.pk])
 
     def workload_rules(self) -> WorkloadRules:
         return WorkloadRules(

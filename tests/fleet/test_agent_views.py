@@ -59,7 +59,7 @@ def test_token_page_is_for_admins_only(client, viewer, operator, cluster, admin_
         assert client.get(reverse("fleet:agent_token_list")).status_code == 403
         assert client.post(reverse("fleet:agent_token_list"), token_data(cluster)).status_code == 403
         assert client.post(reverse("fleet:agent_token_revoke", args=[token.pk])).status_code == 403
-        assert 'href="/agents/tokens/"' not in client.get(reverse("fleet:overview")).content.decode()
+        assert 'href="/agents/tokens/"' not in client.get(reverse("console:overview")).content.decode()
     assert AgentJoinToken.objects.count() == 1 and AgentJoinToken.objects.get().revoked_at is None
 
 
@@ -249,7 +249,7 @@ def test_gpu_page_without_events(client, viewer):
 
 def test_overview_shows_stale_agents(client, admin_user, registered, cluster):
     NodeFactory(cluster=cluster, name="lab-gpu-02", last_seen_at=timezone.now() - timedelta(minutes=10))
-    html = login(client, admin_user).get(reverse("fleet:overview")).content.decode()
+    html = login(client, admin_user).get(reverse("console:overview")).content.decode()
     [item] = [i for i in re.findall(r'<li><a href="/agents/tokens/">(.*?)</a></li>', html, re.S) if "Stale" in i]
     assert "Stale agents" in item and "of 2 agent nodes" in item
     assert '<span class="attention__count">1</span>' in item

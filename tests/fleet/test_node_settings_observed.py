@@ -311,7 +311,7 @@ def test_rest_api_shows_the_readings(viewer_api, agent, backend):
 def test_gpu_page_shows_the_settings_the_agent_read(client, viewer, agent, backend):
     node, agent_client = agent
     unreported = GpuFactory()
-    page = lambda g: text(_logged_in(client, viewer).get(reverse("fleet:gpu_detail", args=[g.pk])).content.decode())  # noqa: E731
+    page = lambda g: text(_logged_in(client, viewer).get(reverse("console:gpu_detail", args=[g.pk])).content.decode())  # noqa: E731
     assert "Not reported: only Tessera's node agent reads them" in page(unreported)
     send(agent_client, report(backend))
     gpu = Gpu.objects.get(node=node, index=0)

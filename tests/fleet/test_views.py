@@ -46,17 +46,17 @@ def mig_device_rects(html: str) -> list[dict]:
 @pytest.mark.parametrize(
     "name,args",
     [
-        ("fleet:overview", []),
-        ("fleet:overview_stats", []),
+        ("console:overview", []),
+        ("console:overview_stats", []),
         ("fleet:node_list", []),
-        ("fleet:node_detail", [1]),
-        ("fleet:node_state", [1]),
+        ("console:node_detail", [1]),
+        ("console:node_state", [1]),
         ("fleet:gpu_list", []),
-        ("fleet:gpu_detail", [1]),
+        ("console:gpu_detail", [1]),
         ("fleet:cluster_list", []),
         ("fleet:cluster_detail", [1]),
         ("fleet:pool_list", []),
-        ("fleet:pool_detail", [1]),
+        ("console:pool_detail", [1]),
     ],
 )
 def test_pages_need_login(client, name, args):
@@ -76,17 +76,17 @@ def test_login_page_renders_a_labelled_form(client):
 
 def test_login_through_the_form_lands_on_the_overview(client, viewer):
     response = client.post(reverse("login"), {"username": "viewer", "password": "pw-for-tests-1"}, follow=True)
-    assert response.redirect_chain[-1][0] == reverse("fleet:overview")
+    assert response.redirect_chain[-1][0] == reverse("console:overview")
     assert b"Fleet overview" in response.content
 
 
 def test_navigation_shows_admin_only_to_admins(client, viewer, admin_user):
     client.force_login(viewer)
-    html = client.get(reverse("fleet:overview")).content.decode()
+    html = client.get(reverse("console:overview")).content.decode()
     assert 'href="/admin/"' not in html
     assert "API token" in html and 'action="/logout/"' in html
     client.force_login(admin_user)
-    assert 'href="/admin/"' in client.get(reverse("fleet:overview")).content.decode()
+    assert 'href="/admin/"' in client.get(reverse("console:overview")).content.decode()
 
 
 def test_token_page_shows_the_key_and_a_rotate_form(client_viewer, viewer):
@@ -103,7 +103,7 @@ def test_token_page_shows_the_key_and_a_rotate_form(client_viewer, viewer):
 
 
 def test_empty_fleet_says_how_to_add_a_cluster(client_viewer):
-    html = client_viewer.get(reverse("fleet:overview")).content.decode()
+    html = client_viewer.get(reverse("console:overview")).content.decode()
     assert "No GPUs in the fleet yet" in html
     assert "/api/v1/clusters/" in html and "seed_demo" in html
     assert 'id="node-table"' not in html
@@ -116,7 +116,7 @@ def test_overview_shows_totals_charts_attention_and_the_node_table(client_viewer
     stale = make_node(cluster=cluster, name="old-node", gpus=1)
     stale.last_seen_at = timezone.now() - timedelta(hours=1)
     stale.save()
-    response = client_viewer.get(reverse("fleet:overview"))
+    response = client_viewer.get(reverse("console:overview"))
     html = response.content.decode()
     assert response.status_code == 200
     stats = response.context["stats"]
@@ -132,7 +132,7 @@ def test_overview_shows_totals_charts_attention_and_the_node_table(client_viewer
 
 def test_overview_stats_partial_is_only_the_stats(client_viewer):
     make_node()
-    html = client_viewer.get(reverse("fleet:overview_stats")).content.decode()
+    html = client_viewer.get(reverse("console:overview_stats")).content.decode()
     assert html.lstrip().startswith('<div id="overview-stats"')
     assert "<html" not in html and 'id="node-table"' not in html
 
@@ -140,7 +140,7 @@ def test_overview_stats_partial_is_only_the_stats(client_viewer):
 def test_overview_htmx_request_returns_only_the_table(client_viewer):
     make_node(name="h100-a")
     make_node(name="a30-a", product=A30)
-    response = client_viewer.get(reverse("fleet:overview"), {"product": A30}, **HTMX)
+    response = client_viewer.get(reverse("console:overview"), {"product": A30}, **HTMX)
     html = response.content.decode()
     assert html.lstrip().startswith('<div id="node-table"')
     assert "<html" not in html and "At a glance" not in html and "<form" not in html
@@ -148,14 +148,14 @@ def test_overview_htmx_request_returns_only_the_table(client_viewer):
     assert "stats" not in response.context
 
 
-@pytest.mark.parametrize("name", ["fleet:overview", "fleet:node_list", "fleet:gpu_list"])
+@pytest.mark.parametrize("name", ["console:overview", "fleet:node_list", "fleet:gpu_list"])
 def test_history_restore_gets_the_whole_page(client_viewer, name):
     make_node()
     response = client_viewer.get(reverse(name), HTTP_HX_HISTORY_RESTORE_REQUEST="true", **HTMX)
     assert b"<html" in response.content and b'<form class="filters"' in response.content
 
 
-@pytest.mark.parametrize("name", ["fleet:overview", "fleet:node_list", "fleet:gpu_list"])
+@pytest.mark.parametrize("name", ["console:overview", "fleet:node_list", "fleet:gpu_list"])
 def test_list_pages_vary_on_hx_request(client_viewer, name):
     make_node()
     for extra in ({}, HTMX):
@@ -250,7 +250,7 @@ def test_overview_query_count_is_bounded(client_viewer, django_assert_max_num_qu
     # session, user, role; 7 aggregates; 3 filter option lists; count and page of the table;
     # upcoming schedule changes (schedules, node counts; their windows, exceptions and profiles when there are some)
     with django_assert_max_num_queries(17):
-        response = client_viewer.get(reverse("fleet:overview"))
+        response = client_viewer.get(reverse("console:overview"))
     assert response.status_code == 200
 
 
@@ -274,7 +274,7 @@ def test_node_page_query_count_is_bounded(client_viewer, django_assert_max_num_q
     # session, user, role; node; its GPUs; their MIG devices;
     # desired vs observed (pins, GPU shapes; pool defaults and schedule when in a pool), its pin, its change history
     with django_assert_max_num_queries(10):
-        assert client_viewer.get(reverse("fleet:node_detail", args=[node.pk])).status_code == 200
+        assert client_viewer.get(reverse("console:node_detail", args=[node.pk])).status_code == 200
 
 
 @pytest.mark.parametrize("gpus", [1, 8])
@@ -295,7 +295,7 @@ def test_agent_node_page_with_qos_settings_query_count_is_bounded(
     sharing_services.pool_set_qos_policy(actor=actor, pool=pool, policy=policy)
     # The list above, plus the pool's QoS state (sharing, schedule), its compliance report and the agent credential.
     with django_assert_max_num_queries(17):
-        page = client_viewer.get(reverse("fleet:node_detail", args=[node.pk])).content.decode()
+        page = client_viewer.get(reverse("console:node_detail", args=[node.pk])).content.decode()
     assert "Power limit" in page and "differs" in page
 
 
@@ -315,7 +315,7 @@ def test_node_page_shows_place_state_error_and_gpus(client_viewer):
         observed_mig_config="all-1g.10gb",
         labels={"nvidia.com/gpu.product": H100},
     )
-    html = client_viewer.get(reverse("fleet:node_detail", args=[node.pk])).content.decode()
+    html = client_viewer.get(reverse("console:node_detail", args=[node.pk])).content.decode()
     assert f'href="/clusters/{cluster.pk}/"' in html and f'href="/pools/{pool.pk}/"' in html
     assert "GPU 3 is in use by pod ml/llama" in html and "callout--failed" in html
     assert "<code>all-1g.10gb</code>" in html
@@ -327,16 +327,16 @@ def test_node_page_shows_place_state_error_and_gpus(client_viewer):
 
 def test_node_state_partial_is_only_the_state_section(client_viewer):
     node = make_node(config_state="pending", config_state_since=timezone.now() - timedelta(hours=1))
-    html = client_viewer.get(reverse("fleet:node_state", args=[node.pk])).content.decode()
+    html = client_viewer.get(reverse("console:node_state", args=[node.pk])).content.decode()
     assert html.lstrip().startswith('<section id="node-state"')
     assert "Pending since" in html and "too long" in html
     assert "gpu-card" not in html
 
 
 def test_missing_node_and_gpu_are_404(client_viewer):
-    assert client_viewer.get(reverse("fleet:node_detail", args=[999])).status_code == 404
-    assert client_viewer.get(reverse("fleet:node_state", args=[999])).status_code == 404
-    assert client_viewer.get(reverse("fleet:gpu_detail", args=[999])).status_code == 404
+    assert client_viewer.get(reverse("console:node_detail", args=[999])).status_code == 404
+    assert client_viewer.get(reverse("console:node_state", args=[999])).status_code == 404
+    assert client_viewer.get(reverse("console:gpu_detail", args=[999])).status_code == 404
 
 
 def test_mig_drawing_has_one_block_per_device_at_its_slices(client_viewer):
@@ -345,7 +345,7 @@ def test_mig_drawing_has_one_block_per_device_at_its_slices(client_viewer):
     MigDeviceFactory(gpu=gpu, profile="3g.40gb", start=0, size=4, in_use_by="train/llm-7f")
     MigDeviceFactory(gpu=gpu, profile="2g.20gb", start=4, size=2)
     MigDeviceFactory(gpu=gpu, profile="1g.10gb", start=6, size=1)
-    for url in (reverse("fleet:node_detail", args=[node.pk]), reverse("fleet:gpu_detail", args=[gpu.pk])):
+    for url in (reverse("console:node_detail", args=[node.pk]), reverse("console:gpu_detail", args=[gpu.pk])):
         html = client_viewer.get(url).content.decode()
         rects = mig_device_rects(html)
         width = selectors.SLICE_WIDTH
@@ -378,7 +378,7 @@ def test_gpu_page_shows_fields_devices_and_neighbours(client_viewer):
     node = NodeFactory(name="inf-02")
     gpu = GpuFactory(node=node, index=3, mig_enabled=True, temperature_c=61.4, power_w=402.0, metrics_at=timezone.now())
     MigDeviceFactory(gpu=gpu, profile="1g.10gb", start=2, size=1, uuid="MIG-1234", in_use_by="ml/bert-0")
-    html = client_viewer.get(reverse("fleet:gpu_detail", args=[gpu.pk])).content.decode()
+    html = client_viewer.get(reverse("console:gpu_detail", args=[gpu.pk])).content.decode()
     assert f'href="/nodes/{node.pk}/"' in html and f'href="/clusters/{node.cluster_id}/"' in html
     assert gpu.uuid in html and "79.6 GiB" in html and "61 °C" in html and "402 W" in html
     assert "MIG-1234" in html and "ml/bert-0" in html and "slices 2–2" in html
@@ -387,7 +387,7 @@ def test_gpu_page_shows_fields_devices_and_neighbours(client_viewer):
 
 def test_gone_gpu_shows_a_gone_banner(client_viewer):
     gpu = GpuFactory(gone_at=timezone.now() - timedelta(days=1))
-    html = client_viewer.get(reverse("fleet:gpu_detail", args=[gpu.pk])).content.decode()
+    html = client_viewer.get(reverse("console:gpu_detail", args=[gpu.pk])).content.decode()
     assert "Gone since" in html
 
 
@@ -415,5 +415,5 @@ def test_cluster_and_pool_pages(client_viewer):
     assert "/etc/tessera/kubeconfig" not in html
     html = client_viewer.get(reverse("fleet:pool_list")).content.decode()
     assert f'href="/pools/{pool.pk}/"' in html
-    html = client_viewer.get(reverse("fleet:pool_detail", args=[pool.pk])).content.decode()
+    html = client_viewer.get(reverse("console:pool_detail", args=[pool.pk])).content.decode()
     assert "tessera.io/pool=inference" in html and f'href="/nodes/?pool={pool.pk}"' in html

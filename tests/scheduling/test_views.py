@@ -10,7 +10,7 @@ from django.urls import reverse
 from core.audit import Actor
 from scheduling import services
 from scheduling.models import Schedule
-from scheduling.views import TL_HOUR, TL_LABEL, value_labeller, week_timeline
+from scheduling.timeline import TL_HOUR, TL_LABEL, value_labeller, week_timeline
 from sharing import services as sharing_services
 from sharing.models import PoolSharing, QoSPolicy
 from tests.factories import ClusterFactory, GpuFactory, NodeFactory, NodePoolFactory
@@ -390,10 +390,10 @@ def test_delete_returns_the_pool_to_its_default(client, admin_user, actor, pool,
 
 def test_overview_lists_upcoming_changes(client, viewer, actor, pool, profiles):
     login(client, viewer)
-    html = client.get(reverse("fleet:overview")).content.decode()
+    html = client.get(reverse("console:overview")).content.decode()
     assert "No schedule changes in the next 48 h" in html
     day_night(actor, pool, profiles, zone="Asia/Tokyo", weekdays=list(range(7)))
-    html = client.get(reverse("fleet:overview")).content.decode()
+    html = client.get(reverse("console:overview")).content.decode()
     assert "Upcoming schedule changes" in html and "No schedule changes" not in html
     section = html[html.index("upcoming-heading") : html.index("nodes-heading")]
     assert section.count("<tr>") == 1 + 4  # header and four switches in 48 h

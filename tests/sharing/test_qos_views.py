@@ -129,13 +129,13 @@ def editor_data(**overrides) -> dict:
 @pytest.mark.parametrize(
     "name,args",
     [
-        ("sharing:qos_list", []),
-        ("sharing:qos_create", []),
-        ("sharing:qos_detail", [1]),
-        ("sharing:qos_update", [1]),
-        ("sharing:qos_delete", [1]),
-        ("sharing:compliance_list", []),
-        ("sharing:pool_compliance", [1]),
+        ("console:qos_list", []),
+        ("console:qos_create", []),
+        ("console:qos_detail", [1]),
+        ("console:qos_update", [1]),
+        ("console:qos_delete", [1]),
+        ("console:compliance_list", []),
+        ("console:pool_compliance", [1]),
     ],
 )
 def test_pages_need_login(client, name, args):
@@ -146,19 +146,19 @@ def test_pages_need_login(client, name, args):
 @pytest.mark.parametrize(
     "name,needs",
     [
-        ("sharing:qos_create", "admin"),
-        ("sharing:qos_update", "admin"),
-        ("sharing:qos_validate", "admin"),
-        ("sharing:qos_delete", "admin"),
-        ("sharing:qos_attach", "operator"),
-        ("sharing:qos_detach", "operator"),
-        ("sharing:pool_compliance_check", "operator"),
+        ("console:qos_create", "admin"),
+        ("console:qos_update", "admin"),
+        ("console:qos_validate", "admin"),
+        ("console:qos_delete", "admin"),
+        ("console:qos_attach", "operator"),
+        ("console:qos_detach", "operator"),
+        ("console:pool_compliance_check", "operator"),
     ],
 )
 def test_every_post_is_refused_below_its_role(client, viewer, operator, policy, mig_pool, name, needs):
-    if name in ("sharing:qos_create", "sharing:qos_validate"):
+    if name in ("console:qos_create", "console:qos_validate"):
         url = reverse(name)
-    elif name == "sharing:pool_compliance_check":
+    elif name == "console:pool_compliance_check":
         url = reverse(name, args=[mig_pool.pk])
     else:
         url = reverse(name, args=[policy.pk])
@@ -174,10 +174,10 @@ def test_every_post_is_refused_below_its_role(client, viewer, operator, policy, 
 def test_editor_pages_are_admin_only_and_buttons_hidden(client, viewer, operator, policy):
     for user in (viewer, operator):
         login(client, user)
-        assert client.get(reverse("sharing:qos_create")).status_code == 403
-        assert client.get(reverse("sharing:qos_update", args=[policy.pk])).status_code == 403
-        assert client.get(reverse("sharing:qos_delete", args=[policy.pk])).status_code == 403
-        assert 'href="/qos/new/"' not in client.get(reverse("sharing:qos_list")).content.decode()
+        assert client.get(reverse("console:qos_create")).status_code == 403
+        assert client.get(reverse("console:qos_update", args=[policy.pk])).status_code == 403
+        assert client.get(reverse("console:qos_delete", args=[policy.pk])).status_code == 403
+        assert 'href="/qos/new/"' not in client.get(reverse("console:qos_list")).content.decode()
         html = client.get(policy.get_absolute_url()).content.decode()
         assert f'href="/qos/{policy.pk}/edit/"' not in html
     assert "Attach to a pool" in html  # operators attach
@@ -186,7 +186,7 @@ def test_editor_pages_are_admin_only_and_buttons_hidden(client, viewer, operator
 
 
 def test_navigation_has_qos_for_everyone_and_agents_for_admins(client, viewer, admin_user):
-    html = login(client, viewer).get(reverse("sharing:qos_list")).content.decode()
+    html = login(client, viewer).get(reverse("console:qos_list")).content.decode()
     assert '<a href="/qos/" aria-current="page">QoS</a>' in html
     assert '<a href="/profiles/">Profiles</a>' in html  # not current on a QoS page
     assert 'href="/agents/tokens/"' not in html
@@ -199,7 +199,7 @@ def test_navigation_has_qos_for_everyone_and_agents_for_admins(client, viewer, a
 def test_list_shows_rules_settings_users_and_violations(client, viewer, actor, policy, mig_pool):
     services.pool_set_qos_policy(actor=actor, pool=mig_pool, policy=policy)
     services.qos_compliance_record(pool=mig_pool, policy=policy)
-    html = login(client, viewer).get(reverse("sharing:qos_list")).content.decode()
+    html = login(client, viewer).get(reverse("console:qos_list")).content.decode()
     assert f'href="/qos/{policy.pk}/"' in html and "Guaranteed only" in html
     assert "4 GPU · 1 host" in html and "topology single-numa-node" in html
     assert f'href="/pools/{mig_pool.pk}/compliance/"' in html
@@ -207,7 +207,7 @@ def test_list_shows_rules_settings_users_and_violations(client, viewer, actor, p
 
 
 def test_empty_list_says_what_a_policy_is(client, admin_user):
-    html = login(client, admin_user).get(reverse("sharing:qos_list")).content.decode()
+    html = login(client, admin_user).get(reverse("console:qos_list")).content.decode()
     assert "No QoS policies yet" in html and 'href="/qos/new/"' in html
 
 
@@ -219,7 +219,7 @@ def test_list_query_count_is_bounded(client, viewer, actor, django_assert_max_nu
     login(client, viewer)
     # session, user, role; policies with window counts; their pools; violations per policy
     with django_assert_max_num_queries(6):
-        assert client.get(reverse("sharing:qos_list")).status_code == 200
+        assert client.get(reverse("console:qos_list")).status_code == 200
 
 
 def test_page_shows_settings_with_units_users_windows_and_log(client, viewer, actor, policy, mig_pool):
@@ -290,7 +290,7 @@ def test_attach_is_disabled_with_the_reason_when_it_contradicts_the_profile(clie
 
 def test_attach_refused_by_the_service_shows_its_message(client, operator, actor, ts_pool):
     strict = services.qos_policy_create(actor=actor, name="isolated", requires_memory_isolation=True)
-    response = login(client, operator).post(reverse("sharing:qos_attach", args=[strict.pk]), {"pool": ts_pool.pk})
+    response = login(client, operator).post(reverse("console:qos_attach", args=[strict.pk]), {"pool": ts_pool.pk})
     html = response.content.decode()
     assert response.status_code == 400 and "Not attached" in html
     assert TIME_SLICING_ERROR in html
@@ -298,13 +298,13 @@ def test_attach_refused_by_the_service_shows_its_message(client, operator, actor
 
 
 def test_attach_without_a_pool_is_a_form_error(client, operator, policy):
-    response = login(client, operator).post(reverse("sharing:qos_attach", args=[policy.pk]), {"pool": ""})
+    response = login(client, operator).post(reverse("console:qos_attach", args=[policy.pk]), {"pool": ""})
     assert response.status_code == 400 and "This field is required." in slot(response.content.decode(), "pool")
 
 
 def test_attach_then_detach(client, operator, policy, mig_pool):
     login(client, operator)
-    response = client.post(reverse("sharing:qos_attach", args=[policy.pk]), {"pool": mig_pool.pk})
+    response = client.post(reverse("console:qos_attach", args=[policy.pk]), {"pool": mig_pool.pk})
     assert response.status_code == 302 and response["Location"] == policy.get_absolute_url()
     assert PoolSharing.objects.get(pool=mig_pool).qos_policy == policy
     html = client.get(response["Location"]).content.decode()
@@ -313,7 +313,7 @@ def test_attach_then_detach(client, operator, policy, mig_pool):
         "already the default QoS policy of inference"
         in client.get(f"{policy.get_absolute_url()}?pool={mig_pool.pk}").content.decode()
     )
-    over_htmx = client.post(reverse("sharing:qos_detach", args=[policy.pk]), {"pool": mig_pool.pk}, **HTMX)
+    over_htmx = client.post(reverse("console:qos_detach", args=[policy.pk]), {"pool": mig_pool.pk}, **HTMX)
     assert over_htmx.status_code == 200 and "HX-Location" in over_htmx
     assert PoolSharing.objects.get(pool=mig_pool).qos_policy is None
     assert AuditEvent.objects.filter(action="pool.set_qos_policy", actor_label="operator").count() == 2
@@ -322,7 +322,7 @@ def test_attach_then_detach(client, operator, policy, mig_pool):
 def test_detach_from_a_pool_that_uses_another_policy_changes_nothing(client, operator, actor, policy, mig_pool):
     other = services.qos_policy_create(actor=actor, name="other")
     services.pool_set_qos_policy(actor=actor, pool=mig_pool, policy=other)
-    response = login(client, operator).post(reverse("sharing:qos_detach", args=[policy.pk]), {"pool": mig_pool.pk})
+    response = login(client, operator).post(reverse("console:qos_detach", args=[policy.pk]), {"pool": mig_pool.pk})
     assert response.status_code == 302 and PoolSharing.objects.get(pool=mig_pool).qos_policy == other
     assert "does not use guaranteed-only" in client.get(response["Location"]).content.decode()
 
@@ -331,7 +331,7 @@ def test_detach_from_a_pool_that_uses_another_policy_changes_nothing(client, ope
 
 
 def test_editor_groups_fields_in_sections_with_units(client, admin_user):
-    html = login(client, admin_user).get(reverse("sharing:qos_create")).content.decode()
+    html = login(client, admin_user).get(reverse("console:qos_create")).content.decode()
     for legend in ("Workload rules", "GPU settings", "Host tuning", "Kubelet expectations"):
         assert f"<legend>{legend}</legend>" in html
     for unit in ("MHz", "W", "%", "MiB"):
@@ -351,7 +351,7 @@ def test_create_a_policy(client, admin_user):
         transparent_hugepages="never",
         exclusive_taint="tessera.io/pool=inference:NoSchedule",
     )
-    response = login(client, admin_user).post(reverse("sharing:qos_create"), data)
+    response = login(client, admin_user).post(reverse("console:qos_create"), data)
     policy = QoSPolicy.objects.get(name="inference-strict")
     assert response.status_code == 302 and response["Location"] == policy.get_absolute_url()
     assert policy.node_settings() == {
@@ -364,7 +364,7 @@ def test_create_a_policy(client, admin_user):
 
 def test_refused_values_show_the_services_messages_beside_their_fields(client, admin_user):
     data = editor_data(exclusive_taint="tessera.io/pool", swappiness="300", gpu_clock_min_mhz="1500")
-    response = login(client, admin_user).post(reverse("sharing:qos_create"), data)
+    response = login(client, admin_user).post(reverse("console:qos_create"), data)
     html = response.content.decode()
     assert response.status_code == 400 and not QoSPolicy.objects.exists()
     assert "write key=value:NoSchedule" in slot(html, "exclusive_taint")
@@ -374,14 +374,14 @@ def test_refused_values_show_the_services_messages_beside_their_fields(client, a
 
 
 def test_duplicate_name_is_shown_on_the_name_field(client, admin_user, policy):
-    html = login(client, admin_user).post(reverse("sharing:qos_create"), editor_data(name=policy.name)).content.decode()
+    html = login(client, admin_user).post(reverse("console:qos_create"), editor_data(name=policy.name)).content.decode()
     assert "already exists" in slot(html, "name")
 
 
 def test_live_check_returns_impact_and_field_messages_out_of_band(client, admin_user, ts_pool):
     login(client, admin_user)
     data = editor_data(name="", requires_memory_isolation="on", swappiness="300", check_pool=ts_pool.pk)
-    response = client.post(reverse("sharing:qos_validate"), data, **HTMX)
+    response = client.post(reverse("console:qos_validate"), data, **HTMX)
     html = response.content.decode()
     assert response.status_code == 200 and "<html" not in html
     assert html.lstrip().startswith('<div id="qos-impact"')
@@ -395,32 +395,32 @@ def test_live_check_returns_impact_and_field_messages_out_of_band(client, admin_
 def test_live_check_counts_the_pods_the_rules_would_flag(client, admin_user, mig_pool):
     login(client, admin_user)
     data = editor_data(required_qos="guaranteed", requires_memory_isolation="on", check_pool=mig_pool.pk)
-    html = text(client.post(reverse("sharing:qos_validate"), data, **HTMX).content.decode())
+    html = text(client.post(reverse("console:qos_validate"), data, **HTMX).content.decode())
     assert "These rules would flag 1 of 2 observed pods on pool inference" in html
     assert "Consistent" in html and "would be refused" not in html
     everyone = text(
-        client.post(reverse("sharing:qos_validate"), editor_data(check_pool=mig_pool.pk), **HTMX).content.decode()
+        client.post(reverse("console:qos_validate"), editor_data(check_pool=mig_pool.pk), **HTMX).content.decode()
     )
     assert "would flag 0 of 2" in everyone and "All comply" in everyone
 
 
 def test_live_check_of_an_unparsable_taint_does_not_measure_pods(client, admin_user, mig_pool):
     data = editor_data(exclusive_taint="nonsense", check_pool=mig_pool.pk)
-    html = login(client, admin_user).post(reverse("sharing:qos_validate"), data, **HTMX).content.decode()
+    html = login(client, admin_user).post(reverse("console:qos_validate"), data, **HTMX).content.decode()
     assert "Fix the workload rules first" in html and "is not a taint" in slot(html, "exclusive_taint")
 
 
 def test_live_check_of_an_edited_policy_accepts_its_own_name(client, admin_user, policy):
     login(client, admin_user)
-    url = reverse("sharing:qos_validate") + f"?policy={policy.pk}"
+    url = reverse("console:qos_validate") + f"?policy={policy.pk}"
     assert slot(client.post(url, editor_data(name=policy.name), **HTMX).content.decode(), "name") == ""
-    plain = client.post(reverse("sharing:qos_validate"), editor_data(name=policy.name), **HTMX).content.decode()
+    plain = client.post(reverse("console:qos_validate"), editor_data(name=policy.name), **HTMX).content.decode()
     assert "already exists" in slot(plain, "name")
 
 
 def test_check_button_without_javascript_shows_the_checks_without_saving(client, admin_user, ts_pool):
     data = editor_data(requires_memory_isolation="on", check_pool=ts_pool.pk, action="check")
-    response = login(client, admin_user).post(reverse("sharing:qos_create"), data)
+    response = login(client, admin_user).post(reverse("console:qos_create"), data)
     html = response.content.decode()
     assert response.status_code == 200 and not QoSPolicy.objects.exists()
     assert TIME_SLICING_ERROR in html and "<html" in html
@@ -429,7 +429,7 @@ def test_check_button_without_javascript_shows_the_checks_without_saving(client,
 
 def test_edit_form_is_filled_and_measured_against_a_pool_using_it(client, admin_user, actor, policy, mig_pool):
     services.pool_set_qos_policy(actor=actor, pool=mig_pool, policy=policy)
-    html = login(client, admin_user).get(reverse("sharing:qos_update", args=[policy.pk])).content.decode()
+    html = login(client, admin_user).get(reverse("console:qos_update", args=[policy.pk])).content.decode()
     assert 'value="guaranteed-only"' in html and 'value="1980"' in html
     assert '<option value="on" selected>On</option>' in html
     assert f'<option value="{mig_pool.pk}" selected>' in html
@@ -441,7 +441,7 @@ def test_update_refused_when_it_contradicts_a_profile_it_runs_with(client, admin
     loose = services.qos_policy_create(actor=actor, name="loose")
     services.pool_set_qos_policy(actor=actor, pool=ts_pool, policy=loose)
     data = editor_data(name="loose", requires_memory_isolation="on")
-    response = login(client, admin_user).post(reverse("sharing:qos_update", args=[loose.pk]), data)
+    response = login(client, admin_user).post(reverse("console:qos_update", args=[loose.pk]), data)
     html = response.content.decode()
     assert response.status_code == 400 and TIME_SLICING_ERROR in slot(html, "__all__")
     loose.refresh_from_db()
@@ -450,7 +450,7 @@ def test_update_refused_when_it_contradicts_a_profile_it_runs_with(client, admin
 
 def test_update_saves_over_htmx_with_a_client_redirect(client, admin_user, policy):
     data = editor_data(name="guaranteed-only", required_qos="burstable", power_limit_w="500")
-    response = login(client, admin_user).post(reverse("sharing:qos_update", args=[policy.pk]), data, **HTMX)
+    response = login(client, admin_user).post(reverse("console:qos_update", args=[policy.pk]), data, **HTMX)
     assert response.status_code == 200 and policy.get_absolute_url() in response["HX-Location"]
     policy.refresh_from_db()
     assert (policy.required_qos, policy.power_limit_w, policy.gpu_clock_min_mhz) == ("burstable", 500, None)
@@ -459,13 +459,13 @@ def test_update_saves_over_htmx_with_a_client_redirect(client, admin_user, polic
 def test_delete_in_use_is_refused_with_409_then_allowed(client, admin_user, actor, policy, mig_pool):
     services.pool_set_qos_policy(actor=actor, pool=mig_pool, policy=policy)
     login(client, admin_user)
-    page = client.get(reverse("sharing:qos_delete", args=[policy.pk])).content.decode()
+    page = client.get(reverse("console:qos_delete", args=[policy.pk])).content.decode()
     assert "1 pool" in text(page) and "detach it first" in page
-    response = client.post(reverse("sharing:qos_delete", args=[policy.pk]))
+    response = client.post(reverse("console:qos_delete", args=[policy.pk]))
     assert response.status_code == 409 and "is in use; detach it first" in response.content.decode()
     services.pool_set_qos_policy(actor=actor, pool=mig_pool, policy=None)
-    response = client.post(reverse("sharing:qos_delete", args=[policy.pk]))
-    assert response.status_code == 302 and response["Location"] == reverse("sharing:qos_list")
+    response = client.post(reverse("console:qos_delete", args=[policy.pk]))
+    assert response.status_code == 302 and response["Location"] == reverse("console:qos_list")
     assert not QoSPolicy.objects.exists()
 
 
@@ -473,7 +473,7 @@ def test_delete_in_use_is_refused_with_409_then_allowed(client, admin_user, acto
 
 
 def test_pool_without_a_policy_says_so(client, viewer, mig_pool):
-    html = login(client, viewer).get(reverse("sharing:pool_compliance", args=[mig_pool.pk])).content.decode()
+    html = login(client, viewer).get(reverse("console:pool_compliance", args=[mig_pool.pk])).content.decode()
     assert "No QoS policy on this pool" in html and "Check now" not in html
 
 
@@ -486,7 +486,7 @@ def test_compliance_page_groups_offending_pods_by_node_and_lists_kubelet_mismatc
     GpuFactory(node=other, index=0, product=H100)
     PodFactory(node=other, namespace="ml", name="svc-loose", spec=BEST_EFFORT_SPEC, priority_class="low")
     services.qos_compliance_record(pool=mig_pool, policy=policy)
-    html = login(client, viewer).get(reverse("sharing:pool_compliance", args=[mig_pool.pk])).content.decode()
+    html = login(client, viewer).get(reverse("console:pool_compliance", args=[mig_pool.pk])).content.decode()
     page = text(html)
     assert "2 violations" in page and "Pods checked 3" in page
     assert f'<a href="/nodes/{node.pk}/">inference-node-0</a>' in html
@@ -505,7 +505,7 @@ def test_all_pods_comply(client, viewer, actor, mig_pool):
     anyone = services.qos_policy_create(actor=actor, name="anyone")
     services.pool_set_qos_policy(actor=actor, pool=mig_pool, policy=anyone)
     services.qos_compliance_record(pool=mig_pool, policy=anyone)
-    html = login(client, viewer).get(reverse("sharing:pool_compliance", args=[mig_pool.pk])).content.decode()
+    html = login(client, viewer).get(reverse("console:pool_compliance", args=[mig_pool.pk])).content.decode()
     assert "All 2 pods comply with anyone." in html and "expects nothing of the kubelet" in html
 
 
@@ -515,21 +515,21 @@ def test_an_agent_pool_says_its_workload_rules_have_no_pods_to_check(client, ope
     services.pool_set_qos_policy(actor=actor, pool=pool, policy=policy)
     services.qos_compliance_record(pool=pool, policy=policy)
     login(client, operator)
-    page = text(client.get(reverse("sharing:pool_compliance", args=[pool.pk])).content.decode())
+    page = text(client.get(reverse("console:pool_compliance", args=[pool.pk])).content.decode())
     assert "Workload rules not checked here" in page and "Agent nodes run no Kubernetes pods" in page
     assert "Compliant" not in page and "Pods checked" not in page and "Check now" not in page
-    listed = text(client.get(reverse("sharing:compliance_list")).content.decode())
+    listed = text(client.get(reverse("console:compliance_list")).content.decode())
     assert "agent nodes: no Kubernetes pods to check" in listed
 
 
 def test_check_now_runs_the_check_and_shows_the_result(client, operator, actor, policy, mig_pool):
     services.pool_set_qos_policy(actor=actor, pool=mig_pool, policy=policy)
     login(client, operator)
-    before = client.get(reverse("sharing:pool_compliance", args=[mig_pool.pk])).content.decode()
+    before = client.get(reverse("console:pool_compliance", args=[mig_pool.pk])).content.decode()
     assert "Not checked yet" in before and "Check now" in before
-    response = client.post(reverse("sharing:pool_compliance_check", args=[mig_pool.pk]))
+    response = client.post(reverse("console:pool_compliance_check", args=[mig_pool.pk]))
     assert response.status_code == 302 and response["Location"] == reverse(
-        "sharing:pool_compliance", args=[mig_pool.pk]
+        "console:pool_compliance", args=[mig_pool.pk]
     )
     report = QoSComplianceReport.objects.get(pool=mig_pool)
     assert (report.violation_count, report.pods_checked) == (1, 2)
@@ -540,7 +540,7 @@ def test_check_now_runs_the_check_and_shows_the_result(client, operator, actor, 
 def test_a_report_against_an_older_policy_says_so(client, viewer, actor, policy, mig_pool):
     services.qos_compliance_record(pool=mig_pool, policy=policy)
     services.pool_set_qos_policy(actor=actor, pool=mig_pool, policy=services.qos_policy_create(actor=actor, name="new"))
-    html = login(client, viewer).get(reverse("sharing:pool_compliance", args=[mig_pool.pk])).content.decode()
+    html = login(client, viewer).get(reverse("console:pool_compliance", args=[mig_pool.pk])).content.decode()
     assert "The last check used guaranteed-only" in html
 
 
@@ -548,7 +548,7 @@ def test_compliance_list_counts_per_pool(client, viewer, actor, policy, mig_pool
     services.pool_set_qos_policy(actor=actor, pool=mig_pool, policy=policy)
     services.qos_compliance_record(pool=mig_pool, policy=policy)
     NodePoolFactory(name="idle")
-    html = login(client, viewer).get(reverse("sharing:compliance_list")).content.decode()
+    html = login(client, viewer).get(reverse("console:compliance_list")).content.decode()
     page = text(html)
     assert f'href="/pools/{mig_pool.pk}/compliance/"' in html and "batch" not in page  # no policy, no report
     assert "Policy violations 1 in 1 of 1 pool" in page
@@ -557,22 +557,22 @@ def test_compliance_list_counts_per_pool(client, viewer, actor, policy, mig_pool
 
 
 def test_compliance_list_without_policies_is_an_empty_state(client, viewer, mig_pool):
-    html = login(client, viewer).get(reverse("sharing:compliance_list")).content.decode()
+    html = login(client, viewer).get(reverse("console:compliance_list")).content.decode()
     assert "No pool has a QoS policy" in html
 
 
 def test_overview_counts_policy_violations_and_links_to_compliance(client, viewer, actor, policy, mig_pool):
     services.pool_set_qos_policy(actor=actor, pool=mig_pool, policy=policy)
     services.qos_compliance_record(pool=mig_pool, policy=policy)
-    html = login(client, viewer).get(reverse("fleet:overview")).content.decode()
+    html = login(client, viewer).get(reverse("console:overview")).content.decode()
     item = re.search(r'<li><a href="/compliance/">(.*?)</a></li>', html, re.S).group(1)
     assert "Policy violations" in item and "in 1 pool" in item
     assert '<span class="attention__count">1</span>' in item
-    stats = client.get(reverse("fleet:overview_stats")).content.decode()
+    stats = client.get(reverse("console:overview_stats")).content.decode()
     assert 'href="/compliance/"' in stats
 
 
 def test_pool_page_links_to_its_compliance(client, viewer, actor, policy, mig_pool):
     services.pool_set_qos_policy(actor=actor, pool=mig_pool, policy=policy)
-    html = login(client, viewer).get(reverse("fleet:pool_detail", args=[mig_pool.pk])).content.decode()
+    html = login(client, viewer).get(reverse("console:pool_detail", args=[mig_pool.pk])).content.decode()
     assert f'href="/pools/{mig_pool.pk}/compliance/"' in html and f'href="/qos/{policy.pk}/"' in html

@@ -92,7 +92,7 @@ def device_rects(html: str) -> list[dict]:
         ("sharing:profile_detail", [1]),
         ("sharing:profile_update", [1]),
         ("sharing:profile_delete", [1]),
-        ("sharing:profile_preview", [1]),
+        ("console:profile_preview", [1]),
     ],
 )
 def test_pages_need_login(client, name, args):
@@ -107,8 +107,8 @@ def test_pages_need_login(client, name, args):
         ("sharing:profile_update", "admin"),
         ("sharing:profile_validate", "admin"),
         ("sharing:profile_delete", "admin"),
-        ("sharing:profile_assign", "operator"),
-        ("sharing:profile_pin", "operator"),
+        ("console:profile_assign", "operator"),
+        ("console:profile_pin", "operator"),
         ("sharing:node_pin", "operator"),
         ("sharing:node_unpin", "operator"),
     ],
@@ -315,7 +315,7 @@ def pool_with_nodes():
 
 
 def test_pool_preview_shows_before_after_disruption_and_pods(client, viewer, mig7, pool_with_nodes):
-    url = reverse("sharing:profile_preview", args=[mig7.pk]) + f"?pool={pool_with_nodes.pk}"
+    url = reverse("console:profile_preview", args=[mig7.pk]) + f"?pool={pool_with_nodes.pk}"
     response = login(client, viewer).get(url)
     html = response.content.decode()
     assert response.status_code == 200
@@ -328,31 +328,31 @@ def test_pool_preview_shows_before_after_disruption_and_pods(client, viewer, mig
 
 def test_node_preview_and_refusal_reasons(client, operator, mig7):
     h100, a30 = make_node(name="h"), make_node(name="a", product=A30)
-    url = reverse("sharing:profile_preview", args=[mig7.pk]) + f"?nodes={h100.pk},{a30.pk}"
+    url = reverse("console:profile_preview", args=[mig7.pk]) + f"?nodes={h100.pk},{a30.pk}"
     html = login(client, operator).get(url).content.decode()
     assert "Refused" in html and "the profile targets NVIDIA-H100-80GB-HBM3; the node has NVIDIA-A30" in html
     assert "Pin 2 nodes to mig-7" in html and "disabled" in html
 
 
 def test_preview_without_scope_asks_for_one(client, viewer, mig7):
-    response = login(client, viewer).get(reverse("sharing:profile_preview", args=[mig7.pk]))
+    response = login(client, viewer).get(reverse("console:profile_preview", args=[mig7.pk]))
     assert response.status_code == 200 and b"Preview on which nodes?" in response.content
-    response = client.get(reverse("sharing:profile_preview", args=[mig7.pk]), {"nodes": "x"})
+    response = client.get(reverse("console:profile_preview", args=[mig7.pk]), {"nodes": "x"})
     assert response.status_code == 400 and b"Give node ids" in response.content
 
 
 def test_profile_page_assign_form_goes_to_the_preview_first(client, operator, mig7, pool_with_nodes):
     html = login(client, operator).get(mig7.get_absolute_url()).content.decode()
     form = re.search(r'<form class="card__body stack" method="get" action="([^"]+)">', html)
-    assert form.group(1) == reverse("sharing:profile_preview", args=[mig7.pk])
+    assert form.group(1) == reverse("console:profile_preview", args=[mig7.pk])
     assert f'<option value="{pool_with_nodes.pk}">' in html
 
 
 def test_assign_from_the_preview(client, operator, mig7, pool_with_nodes):
     login(client, operator)
-    url = reverse("sharing:profile_preview", args=[mig7.pk]) + f"?pool={pool_with_nodes.pk}"
+    url = reverse("console:profile_preview", args=[mig7.pk]) + f"?pool={pool_with_nodes.pk}"
     assert b"Assign to pool" in client.get(url).content
-    response = client.post(reverse("sharing:profile_assign", args=[mig7.pk]), {"pool": pool_with_nodes.pk})
+    response = client.post(reverse("console:profile_assign", args=[mig7.pk]), {"pool": pool_with_nodes.pk})
     assert response.status_code == 302 and response["Location"] == mig7.get_absolute_url()
     assert PoolSharing.objects.get(pool=pool_with_nodes).profile == mig7
     assert not Rollout.objects.exists()
@@ -368,7 +368,7 @@ def test_assign_and_roll_out_now_lands_on_the_rollout(client, operator, mig7, po
         "busy_policy": "drain",
         "wait_minutes": "5",
     }
-    response = login(client, operator).post(reverse("sharing:profile_assign", args=[mig7.pk]), data)
+    response = login(client, operator).post(reverse("console:profile_assign", args=[mig7.pk]), data)
     rollout = Rollout.objects.get()
     assert response.status_code == 302 and response["Location"] == rollout.get_absolute_url()
     assert (rollout.batch_size, rollout.busy_policy, rollout.wait_minutes, rollout.changes.count()) == (
@@ -382,7 +382,7 @@ def test_assign_and_roll_out_now_lands_on_the_rollout(client, operator, mig7, po
 
 def test_assign_over_htmx_answers_with_hx_location(client, operator, mig7, pool_with_nodes):
     response = login(client, operator).post(
-        reverse("sharing:profile_assign", args=[mig7.pk]), {"pool": pool_with_nodes.pk}, **HTMX
+        reverse("console:profile_assign", args=[mig7.pk]), {"pool": pool_with_nodes.pk}, **HTMX
     )
     assert response.status_code == 200 and mig7.get_absolute_url() in response["HX-Location"]
 
@@ -391,7 +391,7 @@ def test_refused_assignment_is_shown_and_nothing_changes(client, operator, mig7)
     pool = NodePoolFactory(name="a30s")
     make_node(pool=pool, product=A30)
     response = login(client, operator).post(
-        reverse("sharing:profile_assign", args=[mig7.pk]),
+        reverse("console:profile_assign", args=[mig7.pk]),
         {
             "pool": pool.pk,
             "rollout_now": "on",
@@ -411,7 +411,7 @@ def test_refused_assignment_is_shown_and_nothing_changes(client, operator, mig7)
 def test_pin_from_a_node_preview(client, operator, mig7):
     node = make_node(name="inf-09")
     login(client, operator)
-    response = client.post(reverse("sharing:profile_pin", args=[mig7.pk]), {"nodes": [node.pk], "reason": "long run"})
+    response = client.post(reverse("console:profile_pin", args=[mig7.pk]), {"nodes": [node.pk], "reason": "long run"})
     assert response.status_code == 302 and response["Location"] == node.get_absolute_url()
     pin = NodePin.objects.get()
     assert (pin.node, pin.profile, pin.reason, pin.pinned_by.username) == (node, mig7, "long run", "operator")
@@ -423,7 +423,7 @@ def test_node_page_pin_previews_first_or_pins_at_once_and_unpins(client, operato
     html = client.get(node.get_absolute_url()).content.decode()
     assert f'action="/nodes/{node.pk}/pin/"' in html and "Preview impact" in html
     response = client.post(reverse("sharing:node_pin", args=[node.pk]), {"profile": mig7.pk, "action": "preview"})
-    assert response["Location"] == reverse("sharing:profile_preview", args=[mig7.pk]) + f"?nodes={node.pk}"
+    assert response["Location"] == reverse("console:profile_preview", args=[mig7.pk]) + f"?nodes={node.pk}"
     assert not NodePin.objects.exists()
     client.post(reverse("sharing:node_pin", args=[node.pk]), {"profile": mig7.pk, "action": "pin", "reason": "debug"})
     assert NodePin.objects.get().reason == "debug"

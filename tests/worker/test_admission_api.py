@@ -103,7 +103,7 @@ def test_the_endpoint_is_read_only_and_needs_a_role(applied, api_client, admin_a
 def test_the_policy_page_shows_each_pools_admission_state(applied, client, viewer, policy):
     pool, _ = applied
     client.force_login(viewer)
-    html = client.get(reverse("sharing:qos_detail", args=[policy.pk])).content.decode()
+    html = client.get(reverse("console:qos_detail", args=[policy.pk])).content.decode()
     page = text(html)
     assert "Admission enforcement" in page
     assert "sim / inference Applied" in page and NAME in page
@@ -117,7 +117,7 @@ def test_the_policy_page_shows_each_pools_admission_state(applied, client, viewe
     # The policy changes: the row is behind until the next sync, and the page says so.
     sharing_services.qos_policy_update(actor=Actor.system("test"), policy=policy, required_priority_class="high")
     assert "sim / inference Pending" in text(
-        client.get(reverse("sharing:qos_detail", args=[policy.pk])).content.decode()
+        client.get(reverse("console:qos_detail", args=[policy.pk])).content.decode()
     )
 
 
@@ -127,7 +127,7 @@ def test_errors_are_shown_on_the_compliance_page_never_a_500(sim, client, viewer
     sim.faults.update({"unserved": ["validatingadmissionpolicies.admissionregistration.k8s.io"]})
     admission.admission_sync(cluster=cluster)
     client.force_login(viewer)
-    response = client.get(reverse("sharing:pool_compliance", args=[pool.pk]))
+    response = client.get(reverse("console:pool_compliance", args=[pool.pk]))
     assert response.status_code == 200
     page = text(response.content.decode())
     assert "Kubernetes 1.30 or later State Error since now" in page
@@ -139,9 +139,9 @@ def test_without_enforcement_the_pages_give_a_one_line_hint(client, admin_user):
     relaxed = sharing_services.qos_policy_create(actor=Actor.system("test"), name="relaxed", required_qos="burstable")
     pool = attach(NodePoolFactory(name="batch", node_selector="tessera.io/pool=batch"), relaxed)
     client.force_login(admin_user)
-    page = text(client.get(reverse("sharing:qos_detail", args=[relaxed.pk])).content.decode())
+    page = text(client.get(reverse("console:qos_detail", args=[relaxed.pk])).content.decode())
     assert "Not enforced at admission: only the compliance report checks running pods. Edit the policy" in page
-    compliance = text(client.get(reverse("sharing:pool_compliance", args=[pool.pk])).content.decode())
+    compliance = text(client.get(reverse("console:pool_compliance", args=[pool.pk])).content.decode())
     assert "Not enforced at admission: relaxed is checked against running pods only" in compliance
     assert "Applied" not in compliance and "Pending" not in compliance
 
@@ -149,7 +149,7 @@ def test_without_enforcement_the_pages_give_a_one_line_hint(client, admin_user):
 def test_an_enforcing_policy_not_yet_synced_is_pending(client, viewer, policy):
     pool = attach(NodePoolFactory(name="fresh", node_selector="tessera.io/pool=fresh"), policy)
     client.force_login(viewer)
-    page = text(client.get(reverse("sharing:pool_compliance", args=[pool.pk])).content.decode())
+    page = text(client.get(reverse("console:pool_compliance", args=[pool.pk])).content.decode())
     assert "State Pending applied by the next sync" in page and "tessera-inference-qos-fresh" in page
 
 
@@ -163,7 +163,7 @@ def test_the_compliance_page_shows_the_suffixed_name_the_sync_applied(sim, clien
     (view,) = admission.pool_admission_views([first])
     assert (view.status, view.name) == ("applied", suffixed)
     client.force_login(viewer)
-    page = text(client.get(reverse("sharing:pool_compliance", args=[first.pk])).content.decode())
+    page = text(client.get(reverse("console:pool_compliance", args=[first.pk])).content.decode())
     assert "State Applied" in page and suffixed in page and "Pending" not in page
 
 

@@ -1,0 +1,27 @@
+from django.urls import path
+
+from console.views import compliance, nodes, overview, pools, preview, qos
+
+app_name = "console"
+urlpatterns = [
+    path("", overview.overview, name="overview"),
+    path("overview/stats/", overview.overview_stats, name="overview_stats"),
+    path("nodes/<int:pk>/", nodes.node_detail, name="node_detail"),
+    path("nodes/<int:pk>/state/", nodes.node_state, name="node_state"),
+    path("gpus/<int:pk>/", nodes.gpu_detail, name="gpu_detail"),
+    path("pools/<int:pk>/", pools.pool_detail, name="pool_detail"),
+    path("profiles/<int:pk>/preview/", preview.profile_preview, name="profile_preview"),
+    path("profiles/<int:pk>/assign/", preview.profile_assign, name="profile_assign"),
+    path("profiles/<int:pk>/pin/", preview.profile_pin, name="profile_pin"),
+    path("qos/", qos.qos_list, name="qos_list"),
+    path("qos/new/", qos.qos_create, name="qos_create"),
+    path("qos/validate/", qos.qos_validate, name="qos_validate"),
+    path("qos/<int:pk>/", qos.qos_detail, name="qos_detail"),
+    path("qos/<int:pk>/edit/", qos.qos_update, name="qos_update"),
+    path("qos/<int:pk>/delete/", qos.qos_delete, name="qos_delete"),
+    path("qos/<int:pk>/attach/", qos.qos_attach, name="qos_attach"),
+    path("qos/<int:pk>/detach/", qos.qos_detach, name="qos_detach"),
+    path("compliance/", compliance.compliance_list, name="compliance_list"),
+    path("pools/<int:pk>/compliance/", compliance.pool_compliance, name="pool_compliance"),
+    path("pools/<int:pk>/compliance/check/", compliance.pool_compliance_check, name="pool_compliance_check"),
+]

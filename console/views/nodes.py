@@ -1,0 +1,103 @@
+"""Node and GPU pages: what each reported beside what it should be (pin, schedule window or pool), its QoS
+settings beside what it runs, its change history and its agent."""
+
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_GET
+
+from core.roles import Role, has_role
+from fleet import selectors
+from fleet.agent_selectors import gpu_events, node_agent_credential
+from fleet.choices import ClusterDriver
+from fleet.models import AgentCredential, Node
+from fleet.querysets import agent_stale_cutoff
+from scheduling.selectors import desired_vs_observed, pool_states
+from sharing import display
+from sharing.models import NodePin, QoSComplianceReport, SharingProfile
+from sharing.qos import compare_node_settings
+from sharing.services import KUBELET_SETTINGS
+from worker.models import NodeChange
+
+NODE_CHANGES = 20
+GPU_EVENTS = 50
+
+
+def _agent_credential(node: Node) -> AgentCredential | None:
+    """The node's active agent credential, else its last revoked one; none read for nodes no agent ever ran on."""
+    if node.cluster.driver != ClusterDriver.AGENT and not node.agent_version:
+        return None
+    return node_agent_credential(node) or AgentCredential.objects.filter(node=node).select_related("join_token").first()
+
+
+def _node_qos(node: Node, gpus: list) -> dict:
+    """The node's QoS policy (from its pool or schedule window) with its node settings and kubelet expectations beside
+    what the node runs; agent nodes apply the settings and report them, others do not."""
+    # A node's QoS policy always comes from its pool (a pin changes only its profile): desired_state without the pins.
+    policy = pool_states([node.pool_id])[node.pool_id].qos_policy if node.pool_id else None
+    qos = {"policy": policy, "agent_driven": node.cluster.driver == ClusterDriver.AGENT}
+    if policy is None:
+        return qos
+    kubelet = node.kubelet_config or {}
+    desired, comparison = policy.node_settings(), None
+    if qos["agent_driven"] and (desired["gpu"] or desired["host"]):
+        comparison = qos["comparison"] = compare_node_settings(
+            desired, host=node.host_settings, gpus=[g.settings for g in gpus], agent_record=node.agent_node_settings
+        )
+    qos.update(
+        settings=display.node_setting_rows(policy, comparison),
+        kubelet=[
+            {"setting": key, "expected": getattr(policy, field), "actual": kubelet.get(key)}
+            for field, key in KUBELET_SETTINGS
+            if getattr(policy, field)
+        ],
+    )
+    report = QoSComplianceReport.objects.filter(pool_id=node.pool_id).only("checked_at", "violations").first()
+    if report is not None:
+        qos["report"] = report
+        qos["violations"] = [v for v in report.violations if v["node"] == node.name]
+    return qos
+
+
+@login_required
+@require_GET
+def node_detail(request, pk):
+    """One node as it last reported, beside what it should be (pin, schedule or pool); its change history and GPUs."""
+    node = get_object_or_404(selectors.node_detail_queryset(), pk=pk)
+    gpus = selectors.node_gpus(node)
+    context = {
+        "node": node,
+        "gpus": gpus,
+        "desired": desired_vs_observed([node])[0],
+        "pin": NodePin.objects.filter(node=node).select_related("profile", "pinned_by").first(),
+        "changes": list(NodeChange.objects.filter(node=node).select_related("rollout").order_by("-pk")[:NODE_CHANGES]),
+        "qos": _node_qos(node, gpus),
+        "credential": _agent_credential(node),
+        "agent_stale": node.agent_last_seen_at is None or node.agent_last_seen_at < agent_stale_cutoff(),
+    }
+    if has_role(request.user, Role.OPERATOR):
+        context["pin_profiles"] = SharingProfile.objects.only("pk", "name", "mode")
+    return render(request, "console/node_detail.html", context)
+
+
+@login_required
+@require_GET
+def node_state(request, pk):
+    """The node page's state section alone, polled so a rollout's progress shows without reloading."""
+    node = get_object_or_404(selectors.node_detail_queryset(), pk=pk)
+    return render(request, "console/node_detail.html#node-state", {"node": node})
+
+
+@login_required
+@require_GET
+def gpu_detail(request, pk):
+    """One GPU: every observed field, its MIG layout drawn large, and its MIG devices with who uses them."""
+    gpu = get_object_or_404(selectors.gpu_detail_queryset(), pk=pk)
+    devices = list(gpu.mig_devices.all())
+    context = {
+        "gpu": gpu,
+        "node": gpu.node,
+        "mig_devices": devices,
+        "mig_layout": selectors.mig_layout(gpu, devices),
+        "events": gpu_events(gpu, limit=GPU_EVENTS),
+    }
+    return render(request, "console/gpu_detail.html", context)

@@ -1,0 +1,55 @@
+"""The overview: the fleet's totals, what needs attention (from every app), upcoming changes and the node table."""
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Max, Q, Subquery, Sum, Value
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
+
+from core.views import render_table_page, wants_fragment
+from fleet import agent_services, selectors
+from fleet.choices import ClusterDriver
+from fleet.models import Node
+from fleet.tables import node_table
+from scheduling.selectors import upcoming_transitions
+from sharing.models import QoSComplianceReport
+
+UPCOMING_HOURS = 48
+
+
+def _overview_stats() -> dict:
+    """The fleet's totals, plus QoS policy violations and stale agents for the attention list."""
+    stats = selectors.fleet_overview()
+    # One more query for all four (the overview is polled): report totals ride along as scalar subqueries.
+    reports = QoSComplianceReport.objects.order_by().annotate(one=Value(1)).values("one")
+    agent = Q(cluster__driver=ClusterDriver.AGENT)
+    extra = Node.objects.live().aggregate(
+        agent_nodes=Count("pk", filter=agent),
+        stale_agents=Count("pk", filter=agent & Q(pk__in=Node.objects.stale(stats["now"]).values("pk"))),
+        policy_violations=Max(Subquery(reports.annotate(n=Sum("violation_count")).values("n"))),
+        pools_violating=Max(Subquery(reports.annotate(n=Count("pk", filter=Q(violation_count__gt=0))).values("n"))),
+    )
+    stats.update(extra, agent_stale_seconds=3 * agent_services.agent_interval_seconds())
+    stats["policy_violations"] = extra["policy_violations"] or 0
+    stats["needs_attention"] += stats["policy_violations"]
+    return stats
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def overview(request):
+    """The fleet at a glance: totals, what needs attention, and the node table (filtered in place over HTMX)."""
+    context = node_table(request)
+    if not wants_fragment(request):
+        context["stats"] = _overview_stats()
+        context["upcoming"] = upcoming_transitions(hours=UPCOMING_HOURS)
+        context["upcoming_hours"] = UPCOMING_HOURS
+    return render_table_page(request, "console/overview.html", "node-table", context)
+
+
+@login_required
+@require_GET
+def overview_stats(request):
+    """The overview's totals, charts and attention list on their own, polled by the overview to stay live."""
+    return render(request, "console/overview.html#overview-stats", {"stats": _overview_stats()})

@@ -1,0 +1,99 @@
+"""Preview a profile on a pool or on nodes, then confirm: assign it to the pool (optionally rolling out now with a
+strategy) or pin the nodes. Composes sharing's impact with worker's rollouts."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from core.audit import Actor
+from core.exceptions import ApplicationError
+from core.roles import Role
+from core.views import form_add_service_errors, redirect_after_change, role_required
+from fleet.models import NodePool
+from sharing import selectors as sharing_selectors
+from sharing import services
+from sharing.forms import AssignForm, PinForm, PreviewScopeForm
+from sharing.models import PoolSharing, SharingProfile
+from worker.reconcile import pool_assign_and_roll_out
+
+
+def _preview(request, profile, scope: PreviewScopeForm, *, assign_form=None, pin_form=None, status=200):
+    context = {"profile": profile, "scope": scope, "pools": NodePool.objects.select_related("cluster")}
+    if scope.is_valid():
+        impacts = sharing_selectors.profile_preview(profile, scope.nodes_queryset())
+        for impact in impacts:
+            impact.disruption_text = sharing_selectors.DISRUPTION_TEXT[impact.disruption]
+        pool = scope.cleaned_data.get("pool")
+        context.update(ready=True, impacts=impacts, summary=sharing_selectors.preview_summary(impacts), pool=pool)
+        if pool is not None:
+            context["current"] = PoolSharing.objects.filter(pool=pool).select_related("profile").first()
+            context["assign_form"] = assign_form or AssignForm(initial={"pool": pool})
+        else:
+            context["pin_form"] = pin_form or PinForm(initial={"nodes": scope.cleaned_data["nodes"]})
+    elif status == 200:
+        status = 400 if scope.is_bound and any(request.GET.values()) else 200
+    return render(request, "console/profile_preview.html", context, status=status)
+
+
+@login_required
+@require_GET
+def profile_preview(request, pk):
+    """What applying the profile to a pool or to nodes would do, before an operator confirms it."""
+    profile = get_object_or_404(SharingProfile, pk=pk)
+    return _preview(request, profile, PreviewScopeForm(request.GET))
+
+
+@role_required(Role.OPERATOR)
+@require_POST
+def profile_assign(request, pk):
+    """Confirmed from a pool preview: the profile becomes the pool's default, optionally rolled out now."""
+    profile = get_object_or_404(SharingProfile, pk=pk)
+    form = AssignForm(request.POST)
+    if form.is_valid():
+        pool, actor = form.cleaned_data["pool"], Actor.for_user(request.user)
+        try:
+            strategy = form.strategy() if form.cleaned_data["rollout_now"] else None
+            rollout_ids = pool_assign_and_roll_out(actor=actor, pool=pool, profile=profile, strategy=strategy)
+        except ApplicationError as exc:
+            form_add_service_errors(form, exc, fields={"profile": "__all__", "nodes": "__all__"})
+            status = exc.status
+        else:
+            messages.success(request, f"{profile.name} is now the default profile of pool {pool.name}.")
+            if len(rollout_ids) == 1:
+                return redirect_after_change(request, reverse("worker:rollout_detail", args=rollout_ids))
+            if rollout_ids:
+                return redirect_after_change(request, reverse("worker:rollout_list") + "?active=true")
+            return redirect_after_change(request, profile.get_absolute_url())
+    else:
+        status = 400
+    scope = PreviewScopeForm({"pool": request.POST.get("pool", "")})
+    return _preview(request, profile, scope, assign_form=form, status=status)
+
+
+@role_required(Role.OPERATOR)
+@require_POST
+def profile_pin(request, pk):
+    """Confirmed from a node preview: pin the nodes to the profile, overriding pool and schedule."""
+    profile = get_object_or_404(SharingProfile, pk=pk)
+    form = PinForm(request.POST)
+    status = 400
+    if form.is_valid():
+        actor, nodes = Actor.for_user(request.user), list(form.cleaned_data["nodes"])
+        try:
+            with transaction.atomic():
+                for node in nodes:
+                    services.node_pin_profile(
+                        actor=actor, node=node, profile=profile, reason=form.cleaned_data["reason"]
+                    )
+        except ApplicationError as exc:
+            form_add_service_errors(form, exc, fields={"profile": "__all__"})
+            status = exc.status
+        else:
+            messages.success(request, f"Pinned {len(nodes)} node{'s' if len(nodes) != 1 else ''} to {profile.name}.")
+            url = nodes[0].get_absolute_url() if len(nodes) == 1 else profile.get_absolute_url()
+            return redirect_after_change(request, url)
+    scope = PreviewScopeForm({"nodes": ",".join(request.POST.getlist("nodes"))})
+    return _preview(request, profile, scope, pin_form=form, status=status)
