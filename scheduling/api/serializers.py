@@ -5,7 +5,7 @@ from datetime import time
 
 from rest_framework import serializers
 
-from core.api.fields import RefField
+from core.api.fields import RefField, ref_to
 from fleet.models import NodePool
 from scheduling.models import Schedule, ScheduleException, ScheduleWindow
 from sharing.models import QoSPolicy, SharingProfile
@@ -117,3 +117,27 @@ class TransitionRangeSerializer(serializers.Serializer):
 
 class UpcomingSerializer(serializers.Serializer):
     hours = serializers.IntegerField(min_value=1, max_value=24 * 31, default=48)
+
+
+class DesiredStateSerializer(serializers.Serializer):
+    """A node's desired profile (and where it comes from) beside what it reports."""
+
+    node = serializers.SerializerMethodField()
+    desired_profile = serializers.SerializerMethodField()
+    source = serializers.CharField()
+    desired_mig_config = serializers.CharField(allow_null=True)
+    desired_device_plugin_config = serializers.CharField(allow_null=True)
+    observed_mode = serializers.CharField()
+    observed_mig_config = serializers.CharField()
+    observed_device_plugin_config = serializers.CharField()
+    config_state = serializers.CharField()
+    in_sync = serializers.BooleanField(allow_null=True)
+    problems = serializers.ListField(child=serializers.CharField())
+
+    def get_node(self, row) -> dict:
+        return ref_to(row.node, "node-detail", self.context.get("request"))
+
+    def get_desired_profile(self, row) -> dict | None:
+        if row.profile is None:
+            return None
+        return ref_to(row.profile, "sharingprofile-detail", self.context.get("request"))

@@ -7,5 +7,6 @@ from scheduling.api import views
 
 router = SimpleRouter()
 router.register("schedules", views.ScheduleViewSet)
+router.register("desired-states", views.DesiredStateViewSet, basename="desired-state")
 
 urlpatterns = [path("transitions/", views.UpcomingTransitionsView.as_view(), name="transitions"), *router.urls]

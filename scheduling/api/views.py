@@ -4,12 +4,14 @@ from datetime import timedelta
 
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
-from rest_framework import status, viewsets
+from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.audit import Actor
+from fleet.filtersets import NodeFilterSet
+from fleet.models import Node
 from scheduling import selectors, services
 from scheduling.api import serializers
 from scheduling.models import Schedule
@@ -82,3 +84,18 @@ class UpcomingTransitionsView(APIView):
         query.is_valid(raise_exception=True)
         items = selectors.upcoming_transitions(hours=query.validated_data["hours"])
         return Response(serializers.TransitionSerializer(items, many=True, context={"request": request}).data)
+
+
+class DesiredStateViewSet(viewsets.GenericViewSet, mixins.ListModelMixin):
+    """Per node: the desired profile and configs beside the observed ones; `in_sync` false marks drift."""
+
+    serializer_class = serializers.DesiredStateSerializer
+    filterset_class = NodeFilterSet
+
+    def get_queryset(self):
+        return Node.objects.live().select_related("cluster", "pool").order_by("cluster__name", "name")
+
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        rows = selectors.desired_vs_observed(page)
+        return self.get_paginated_response(self.get_serializer(rows, many=True).data)

@@ -192,30 +192,6 @@ class NodePinSerializer(serializers.ModelSerializer):
         fields = ["id", "node", "profile", "reason", "created_at"]
 
 
-class DesiredStateSerializer(serializers.Serializer):
-    """A node's desired profile (and where it comes from) beside what it reports."""
-
-    node = serializers.SerializerMethodField()
-    desired_profile = serializers.SerializerMethodField()
-    source = serializers.CharField()
-    desired_mig_config = serializers.CharField(allow_null=True)
-    desired_device_plugin_config = serializers.CharField(allow_null=True)
-    observed_mode = serializers.CharField()
-    observed_mig_config = serializers.CharField()
-    observed_device_plugin_config = serializers.CharField()
-    config_state = serializers.CharField()
-    in_sync = serializers.BooleanField(allow_null=True)
-    problems = serializers.ListField(child=serializers.CharField())
-
-    def get_node(self, row) -> dict:
-        return ref_to(row.node, "node-detail", self.context.get("request"))
-
-    def get_desired_profile(self, row) -> dict | None:
-        if row.profile is None:
-            return None
-        return ref_to(row.profile, "sharingprofile-detail", self.context.get("request"))
-
-
 class QoSPolicySerializer(serializers.ModelSerializer):
     """A QoS policy: workload rules, GPU settings and host tuning (applied by agents), kubelet expectations."""
 

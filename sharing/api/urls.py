@@ -8,7 +8,6 @@ from sharing.api import views
 router = SimpleRouter()
 router.register("profiles", views.SharingProfileViewSet)
 router.register("node-pins", views.NodePinViewSet)
-router.register("desired-states", views.DesiredStateViewSet, basename="desired-state")
 router.register("qos-policies", views.QoSPolicyViewSet)
 router.register("qos-compliance", views.QoSComplianceViewSet)
 

@@ -8,9 +8,7 @@ from rest_framework.views import APIView
 
 from core.audit import Actor
 from core.roles import Role
-from fleet.filtersets import NodeFilterSet
 from fleet.models import Node
-from scheduling.selectors import desired_vs_observed
 from sharing import selectors, services
 from sharing.api import serializers
 from sharing.mig import PRODUCTS, validate_layout
@@ -91,21 +89,6 @@ class NodePinViewSet(
 
     def perform_destroy(self, instance):
         services.node_unpin(actor=Actor.from_request(self.request), node=instance.node)
-
-
-class DesiredStateViewSet(viewsets.GenericViewSet, mixins.ListModelMixin):
-    """Per node: the desired profile and configs beside the observed ones; `in_sync` false marks drift."""
-
-    serializer_class = serializers.DesiredStateSerializer
-    filterset_class = NodeFilterSet
-
-    def get_queryset(self):
-        return Node.objects.live().select_related("cluster", "pool").order_by("cluster__name", "name")
-
-    def list(self, request, *args, **kwargs):
-        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
-        rows = desired_vs_observed(page)
-        return self.get_paginated_response(self.get_serializer(rows, many=True).data)
 
 
 class MigValidateView(APIView):
