@@ -123,11 +123,26 @@ def nodes_validation_errors(spec: ProfileSpec, nodes) -> list[tuple[str, str]]:
     ]
 
 
+def _lock_pool_sharing(pool: NodePool) -> PoolSharing | None:
+    """The pool's sharing row, locked. The pool row is locked first: a FOR UPDATE on a row that does not exist yet
+    locks nothing, so two first assignments would both insert; serialised on the pool, the second sees the first."""
+    if not NodePool.objects.select_for_update().filter(pk=pool.pk).exists():
+        raise ApplicationError(f"Pool {pool.name} was deleted meanwhile.", status=409)
+    return PoolSharing.objects.select_for_update().filter(pool=pool).first()
+
+
+def _lock_pin(node: Node) -> NodePin | None:
+    """The node's pin, locked; the node row is locked first for the same reason as `_lock_pool_sharing`."""
+    if not Node.objects.select_for_update().filter(pk=node.pk).exists():
+        raise ApplicationError(f"Node {node.name} was deleted meanwhile.", status=409)
+    return NodePin.objects.select_for_update().filter(node=node).first()
+
+
 @transaction.atomic
 def pool_set_profile(*, actor: Actor, pool: NodePool, profile: SharingProfile | None) -> PoolSharing | None:
     """Make `profile` the pool's default (None removes it); refused when it does not fit a member node's GPUs or
     contradicts the pool's QoS policy."""
-    current = PoolSharing.objects.select_for_update().filter(pool=pool).first()
+    current = _lock_pool_sharing(pool)
     before = {"profile": current.profile.name if current and current.profile else None}
     if profile is not None:
         problems = nodes_validation_errors(profile.to_spec(), pool.nodes.live())
@@ -160,7 +175,7 @@ def node_pin_profile(*, actor: Actor, node: Node, profile: SharingProfile, reaso
         raise ApplicationError(
             f"{profile.name} does not fit {node.name}.", errors={"profile": [msg for _, msg in problems]}
         )
-    current = NodePin.objects.select_for_update().filter(node=node).first()
+    current = _lock_pin(node)
     before = {"profile": current.profile.name, "reason": current.reason} if current else None
     user = actor.user if getattr(actor.user, "pk", None) else None
     pin, _ = NodePin.objects.update_or_create(
@@ -174,9 +189,15 @@ def node_pin_profile(*, actor: Actor, node: Node, profile: SharingProfile, reaso
 
 
 @transaction.atomic
+def nodes_pin_profile(*, actor: Actor, nodes, profile: SharingProfile, reason: str = "") -> list[NodePin]:
+    """Pin several nodes to a profile, all or none (the first node the profile does not fit refuses the lot)."""
+    return [node_pin_profile(actor=actor, node=node, profile=profile, reason=reason) for node in nodes]
+
+
+@transaction.atomic
 def node_unpin(*, actor: Actor, node: Node) -> None:
     """Return the node to its pool's (or schedule's) profile."""
-    pin = NodePin.objects.select_for_update().filter(node=node).first()
+    pin = _lock_pin(node)
     if pin is None:
         return
     audit_record(actor=actor, action="node.unpin", obj=node, before={"profile": pin.profile.name}, after=None)
@@ -278,7 +299,7 @@ def qos_policy_delete(*, actor: Actor, policy: QoSPolicy) -> None:
 @transaction.atomic
 def pool_set_qos_policy(*, actor: Actor, pool: NodePool, policy: QoSPolicy | None) -> PoolSharing:
     """Make `policy` the pool's default QoS policy (None removes it), checked against the pool's profiles."""
-    current = PoolSharing.objects.select_for_update().filter(pool=pool).first()
+    current = _lock_pool_sharing(pool)
     if policy is not None:
         _check_consistency(policy, profiles_under_pool_policy(pool))
     before = {"qos_policy": current.qos_policy.name if current and current.qos_policy else None}

@@ -3,7 +3,7 @@
 from django.core.exceptions import ImproperlyConfigured
 
 from config.settings.base import *  # noqa: F403
-from config.settings.base import DATABASES, env
+from config.settings.base import CELERY_BROKER_URL, DATABASES, env
 
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="")
 if not SECRET_KEY or SECRET_KEY.startswith("django-insecure"):
@@ -15,6 +15,11 @@ if "DATABASE_URL" not in env:
     raise ImproperlyConfigured("DATABASE_URL must be set in production (PostgreSQL).")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     raise ImproperlyConfigured("Production runs on PostgreSQL; SQLite is the embedded default only.")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    # The filesystem broker is the embedded default for one machine; replicas on several hosts would each see their own.
+    raise ImproperlyConfigured(
+        "REDIS_URL (or CELERY_BROKER_URL) must be set in production; the filesystem broker is embedded only."
+    )
 
 SESSION_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=True)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE

@@ -3,7 +3,6 @@ strategy) or pin the nodes. Composes sharing's impact with worker's rollouts."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db import transaction
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -83,11 +82,7 @@ def profile_pin(request, pk):
     if form.is_valid():
         actor, nodes = Actor.for_user(request.user), list(form.cleaned_data["nodes"])
         try:
-            with transaction.atomic():
-                for node in nodes:
-                    services.node_pin_profile(
-                        actor=actor, node=node, profile=profile, reason=form.cleaned_data["reason"]
-                    )
+            services.nodes_pin_profile(actor=actor, nodes=nodes, profile=profile, reason=form.cleaned_data["reason"])
         except ApplicationError as exc:
             form_add_service_errors(form, exc, fields={"profile": "__all__"})
             status = exc.status

@@ -129,3 +129,31 @@ def test_preview_reports_resources_reset_and_pods_losing_their_slice(actor):
     (impact,) = profile_preview(geometry, pool.nodes.all())
     assert impact.disruption == "mig-geometry"
     assert preview_summary([impact])["pods_losing"] == 1
+
+
+def test_assignment_and_pin_of_a_deleted_pool_or_node_is_a_clear_conflict(actor):
+    """The services lock the pool (node) row before its sharing row (pin), which may not exist yet: a pool or node
+    deleted meanwhile is a 409 that says so, not an IntegrityError."""
+    pool = NodePoolFactory()
+    node = _node_with_gpus(pool)
+    profile = _mig_profile(actor)
+    stale_pool, stale_node = type(pool).objects.get(pk=pool.pk), type(node).objects.get(pk=node.pk)
+    node.delete()
+    pool.delete()
+    with pytest.raises(ApplicationError) as err:
+        services.pool_set_profile(actor=actor, pool=stale_pool, profile=None)
+    assert err.value.status == 409 and "deleted meanwhile" in err.value.message
+    with pytest.raises(ApplicationError) as err:
+        services.node_unpin(actor=actor, node=stale_node)
+    assert err.value.status == 409
+
+
+def test_pinning_several_nodes_is_all_or_nothing(actor):
+    pool = NodePoolFactory()
+    fits, too_small = _node_with_gpus(pool), _node_with_gpus(pool, product="Tesla-T4")
+    profile = _mig_profile(actor)
+    with pytest.raises(ApplicationError):
+        services.nodes_pin_profile(actor=actor, nodes=[fits, too_small], profile=profile)
+    assert not fits.__class__.objects.filter(pin__isnull=False).exists()
+    pins = services.nodes_pin_profile(actor=actor, nodes=[fits], profile=profile, reason="canary")
+    assert [p.node_id for p in pins] == [fits.pk]
