@@ -2,6 +2,6 @@ from django.apps import AppConfig
 
 
 class AgentsConfig(AppConfig):
-    """The node agent's server side: join, report ingest, change outcomes; above worker because outcomes move changes."""
+    """The node agent's server side: join, report ingest, outcomes; above worker because outcomes move changes."""
 
     name = "agents"

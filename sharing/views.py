@@ -155,6 +155,8 @@ def profile_delete(request, pk):
             return redirect_after_change(request, reverse("sharing:profile_list"))
     context = {
         "profile": profile,
+        "obj": profile,
+        "kind": "profile",
         "error": error,
         "pool_count": profile.pools.count(),
         "pin_count": profile.pins.count(),

@@ -202,6 +202,8 @@ def qos_delete(request, pk):
             return redirect_after_change(request, reverse("console:qos_list"))
     context = {
         "policy": policy,
+        "obj": policy,
+        "kind": "policy",
         "error": error,
         "pool_count": policy.pools.count(),
         "window_count": policy.schedule_windows.count(),

@@ -15,6 +15,7 @@ from core.api.fields import RefField, ref
 from fleet.api.agent_serializers import protocol_serializer
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
 from fleet.querysets import is_stale
+from fleet.services import NODE_FIELDS
 
 # The GPU's own columns in its output; listed once for GpuSerializer and the row-based GPU list.
 GPU_COLUMNS = (
@@ -161,20 +162,8 @@ class NodeSerializer(serializers.ModelSerializer):
             "name",
             "cluster",
             "pool",
-            "labels",
-            "ready",
-            "unschedulable",
-            "allocatable",
-            "kubelet_version",
-            "driver_version",
-            "cuda_version",
-            "numa_nodes",
-            "observed_mode",
-            "observed_mig_config",
-            "observed_device_plugin_config",
-            "config_state",
+            *NODE_FIELDS,  # what the node reports, written by ingest
             "config_state_since",
-            "last_error",
             "last_seen_at",
             "agent_last_seen_at",
             "agent_version",

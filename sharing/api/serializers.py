@@ -7,6 +7,7 @@ from core.api.fields import RefField, ref_to
 from fleet.models import Node, NodePool
 from sharing.mig import PRODUCTS, parse_layout
 from sharing.models import NodePin, QoSComplianceReport, QoSPolicy, SharingProfile
+from sharing.services import PROFILE_FIELDS
 
 
 @extend_schema_field(
@@ -50,18 +51,7 @@ class SharingProfileSerializer(serializers.ModelSerializer):
         fields = [
             "id",
             "url",
-            "name",
-            "description",
-            "mode",
-            "target_products",
-            "mig_layouts",
-            "mig_strategy",
-            "replicas",
-            "mps_active_thread_percentage",
-            "mps_pinned_memory_limit_mib",
-            "rename_shared",
-            "fail_requests_greater_than_one",
-            "time_slice_interval",
+            *PROFILE_FIELDS,  # what profile_create and profile_update take
             "created_at",
             "updated_at",
         ]

@@ -136,7 +136,7 @@ def test_assignment_and_pin_of_a_deleted_pool_or_node_is_a_clear_conflict(actor)
     deleted meanwhile is a 409 that says so, not an IntegrityError."""
     pool = NodePoolFactory()
     node = _node_with_gpus(pool)
-    profile = _mig_profile(actor)
+    _mig_profile(actor)
     stale_pool, stale_node = type(pool).objects.get(pk=pool.pk), type(node).objects.get(pk=node.pk)
     node.delete()
     pool.delete()
