@@ -11,7 +11,7 @@ def _base_profiles(product: GpuProduct) -> dict[int, MigProfile]:
     """Per compute size, the base (no attribute) profile with the highest max count, as the builder picks."""
     best: dict[int, MigProfile] = {}
     for profile in product.profiles:
-        if profile.media_extensions:
+        if profile.attribute:
             continue
         current = best.get(profile.compute_slices)
         if current is None or profile.max_count > current.max_count:
@@ -39,7 +39,7 @@ def _entries(product: GpuProduct, device_filter: bool) -> dict[str, dict]:
     def spec(enabled: bool, devices: dict[str, int] | None = None) -> dict:
         entry: dict = {"devices": "all"}
         if device_filter:
-            entry["device-filter"] = [product.pci_device_id]
+            entry["device-filter"] = list(product.pci_device_ids)
         entry["mig-enabled"] = enabled
         if enabled:
             entry["mig-devices"] = devices or {}
@@ -68,8 +68,9 @@ def default_config() -> dict:
         if not product.mig_capable:
             continue
         for name, entry in _entries(product, True).items():
-            if name not in ("all-disabled", "all-enabled"):
-                configs.setdefault(name, []).append(entry)
+            entries = configs.setdefault(name, [])
+            if name not in ("all-disabled", "all-enabled") and entry not in entries:
+                entries.append(entry)  # models sharing a PCI ID (GH200 120GB / 480GB) share their entries
     return {"version": "v1", "mig-configs": configs}
 
 

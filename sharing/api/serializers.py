@@ -93,13 +93,19 @@ class MigProfileSerializer(serializers.Serializer):
     multiprocessors = serializers.IntegerField()
     max_count = serializers.IntegerField()
     starts = serializers.ListField(child=serializers.IntegerField())
+    attribute = serializers.CharField(help_text='"", "+me", "+me.all", "+gfx" or "-me"')
     media_extensions = serializers.BooleanField()
+    memory_estimated = serializers.BooleanField(help_text="memory_mib is Tessera's estimate, not a published figure")
+    multiprocessors_estimated = serializers.BooleanField()
     resource_name = serializers.CharField()
 
 
 class GpuProductSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    display_name = serializers.CharField()
+    name = serializers.CharField(help_text="GFD's nvidia.com/gpu.product label")
+    display_name = serializers.CharField(help_text="the NVML name")
+    pci_device_ids = serializers.ListField(
+        child=serializers.CharField(), help_text="the values mig-parted's device-filter matches, e.g. 0x20B010DE"
+    )
     memory_mib = serializers.IntegerField()
     architecture = serializers.CharField()
     compute_capability = serializers.SerializerMethodField()
@@ -107,6 +113,8 @@ class GpuProductSerializer(serializers.Serializer):
     compute_slices = serializers.IntegerField()
     memory_slices = serializers.IntegerField()
     profiles = MigProfileSerializer(many=True)
+    figures_estimated = serializers.BooleanField()
+    source = serializers.CharField(help_text="where the profile figures come from")
 
     def get_compute_capability(self, product) -> str:
         return "{}.{}".format(*product.compute_capability)

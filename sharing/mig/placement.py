@@ -1,4 +1,4 @@
-"""MIG layouts: does a set of profiles fit one GPU, where, and if not, why (nvidia-contracts.md §4.1)."""
+"""MIG layouts: does a set of profiles fit one GPU, where, and if not, why (docs/nvidia-contracts.md §4.1)."""
 
 from __future__ import annotations
 
@@ -87,8 +87,10 @@ def _unknown_profile(product: GpuProduct, name: object) -> str:
     names = [profile.name for profile in product.profiles]
     text = str(name)
     suggestion = None
-    if text.endswith(".me") and text[:-3] + "+me" in names:
-        suggestion = text[:-3] + "+me"  # the resource / config-name spelling (§1.4, §3.5)
+    # The resource / config-name spelling (§1.4, §3.5) writes the attribute with a '.': 1g.10gb.me, 1g.24gb.me.all.
+    dotted = next((text[: -len(dot)] + "+" + dot[1:] for dot in (".me.all", ".gfx", ".me") if text.endswith(dot)), None)
+    if dotted in names:
+        suggestion = dotted
     elif (match := PROFILE_NAME_RE.match(text)) is not None:
         # Same slice count and attribute, nearest memory: 1g.5gb on an H100 means 1g.10gb, not 1g.20gb.
         same_shape = [
@@ -160,6 +162,11 @@ def validate_layout(product: GpuProduct | str, devices: Mapping[str, int]) -> La
             f"only one +me instance fits on a GPU (it owns all media engines); "
             f"{_terms(media)} asks for {sum(count for _, count in media)}"
         )
+    owner = next((name for name, _ in layout if product.mig_profile(name).attribute == "+me.all"), None)
+    others = [(name, count) for name, count in layout if name != owner and product.mig_profile(name).attribute != "-me"]
+    if owner and others:
+        # +me.all takes every media engine of the GPU: the instances beside it can only be -me ones (§4).
+        errors.append(f"{owner} takes all media engines; {_terms(others)} beside it would need some (use -me profiles)")
     if compute > product.compute_slices:
         errors.append(f"{product.name} has {product.compute_slices} compute slices; {_terms(layout)} needs {compute}")
     if errors:
@@ -173,7 +180,7 @@ def validate_layout(product: GpuProduct | str, devices: Mapping[str, int]) -> La
 
 @functools.lru_cache(maxsize=64)
 def _maximal_layouts(product: GpuProduct) -> tuple[_Layout, ...]:
-    profiles = sorted((profile for profile in product.profiles if not profile.media_extensions), key=_size_key)
+    profiles = sorted((profile for profile in product.profiles if not profile.attribute), key=_size_key)
     found: list[_Layout] = []
 
     def with_one_more(layout: _Layout, extra: MigProfile) -> _Layout:
@@ -206,8 +213,9 @@ def _maximal_layouts(product: GpuProduct) -> tuple[_Layout, ...]:
 def maximal_layouts(product: GpuProduct | str) -> list[dict[str, int]]:
     """Every layout that fits and cannot take one more instance: the menu of useful geometries for a product.
 
-    Media-extension (+me) profiles are left out; the double-memory 1g profiles are included. Largest profiles
-    first, more of them before fewer.
+    Profiles with an attribute (+me, +me.all, +gfx, -me) are left out: they are the same slices with other
+    engines, chosen on purpose; the double-memory 1g profiles are included. Largest profiles first, more of them
+    before fewer.
     """
     return [dict(layout) for layout in _maximal_layouts(_resolve(product))]
 

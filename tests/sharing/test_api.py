@@ -39,6 +39,14 @@ def test_mig_products_lists_catalog(viewer_api):
     assert products[H100]["mig_capable"] is True
     assert {p["name"] for p in products[H100]["profiles"]} >= {"1g.10gb", "7g.80gb", "1g.10gb+me"}
     assert products["NVIDIA-L4"]["profiles"] == []
+    assert products[H100]["pci_device_ids"] == ["0x233010DE"]
+    assert products["NVIDIA-A100-PCIE-40GB"]["pci_device_ids"] == ["0x20F110DE", "0x20B110DE"]
+    b300 = products["NVIDIA-B300-SXM6-AC"]
+    assert b300["figures_estimated"] is True and b300["profiles"][0]["memory_estimated"] is True
+    a100 = {p["name"]: p for p in products["NVIDIA-A100-SXM4-40GB"]["profiles"]}
+    assert (a100["7g.40gb"]["memory_mib"], a100["7g.40gb"]["memory_estimated"]) == (40192, False)
+    rtx = {p["name"]: p for p in products["NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"]["profiles"]}
+    assert rtx["1g.24gb+me.all"]["attribute"] == "+me.all"
 
 
 def test_profile_crud_roles_and_field_errors(admin_api, operator_api, viewer_api, api_client):

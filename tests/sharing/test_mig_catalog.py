@@ -1,10 +1,11 @@
-"""The MIG catalog against the facts in nvidia-contracts.md §3.5, §4 and §4.1."""
+"""The MIG catalog against the facts in docs/nvidia-contracts.md §3.5, §4 and §4.1."""
 
 import re
 
 import pytest
 
 from sharing.mig import PRODUCTS, UnknownProductError, get_product, mig_resources
+from sharing.mig.catalog import gfd_product_name
 
 MIG_PRODUCTS = [product for product in PRODUCTS.values() if product.mig_capable]
 
@@ -21,7 +22,26 @@ REQUIRED = [
     "NVIDIA-L4",
     "Tesla-T4",
     "NVIDIA-L40S",
+    # issue 14: every GPU of the GPU Operator's default mig-parted config
+    "NVIDIA-A100-PCIE-40GB",
+    "NVIDIA-A800-40GB-Active",
+    "NVIDIA-A800-SXM4-80GB",
+    "NVIDIA-A800-80GB-PCIe",
+    "NVIDIA-H800",
+    "NVIDIA-H800-PCIe",
+    "NVIDIA-H800-NVL",
+    "NVIDIA-H100-96GB-HBM3",
+    "NVIDIA-PG506-232",
+    "NVIDIA-H20",
+    "NVIDIA-H200-NVL",
+    "NVIDIA-GH200-480GB",
+    "NVIDIA-GH200-144G-HBM3e",
+    "NVIDIA-GB200",
+    "NVIDIA-B300-SXM6-AC",
+    "NVIDIA-GB300",
+    "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
 ]
+FOUR_SLICE = {"NVIDIA-A30"} | {name for name in PRODUCTS if name.startswith("NVIDIA-RTX-PRO-6000")}
 
 
 def test_catalog_has_the_fleet_products():
@@ -41,6 +61,16 @@ def test_catalog_has_the_fleet_products():
         ("NVIDIA-H200", ["1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"]),
         ("NVIDIA-B200", ["1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"]),
         ("NVIDIA-A30", ["1g.6gb", "1g.6gb+me", "2g.12gb", "2g.12gb+me", "4g.24gb"]),
+        ("NVIDIA-GH200-480GB", ["1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"]),
+        ("NVIDIA-GH200-144G-HBM3e", ["1g.18gb", "1g.18gb+me", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb"]),
+        ("NVIDIA-GB200", ["1g.23gb", "1g.23gb+me", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"]),
+        ("NVIDIA-B300-SXM6-AC", ["1g.34gb", "1g.34gb+me", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb"]),
+        ("NVIDIA-GB300", ["1g.35gb", "1g.35gb+me", "1g.70gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb"]),
+        (
+            "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
+            ["1g.24gb", "1g.24gb+me", "1g.24gb+gfx", "1g.24gb+me.all", "1g.24gb-me"]
+            + ["2g.48gb", "2g.48gb+gfx", "2g.48gb+me.all", "2g.48gb-me", "4g.96gb", "4g.96gb+gfx"],
+        ),
     ],
 )
 def test_profile_names_follow_the_mig_guide(product, names):
@@ -49,7 +79,7 @@ def test_profile_names_follow_the_mig_guide(product, names):
 
 @pytest.mark.parametrize("product", MIG_PRODUCTS, ids=lambda product: product.name)
 def test_mig_profiles_are_consistent(product):
-    assert (product.compute_slices, product.memory_slices) == ((4, 4) if product.name == "NVIDIA-A30" else (7, 8))
+    assert (product.compute_slices, product.memory_slices) == ((4, 4) if product.name in FOUR_SLICE else (7, 8))
     for profile in product.profiles:
         assert profile.starts and all(
             0 <= start <= product.memory_slices - profile.memory_slices for start in profile.starts
@@ -57,16 +87,18 @@ def test_mig_profiles_are_consistent(product):
         assert profile.compute_slices <= product.compute_slices
         assert profile.multiprocessors <= product.multiprocessors
         assert profile.memory_mib < product.memory_mib
+        assert profile.name.endswith(profile.attribute)
         if profile.media_extensions:
-            assert profile.name.endswith("+me") and profile.max_count == 1
+            assert profile.max_count == 1
         else:
             # §4.1: the max count is the number of non-overlapping starts.
             assert profile.max_count == len(profile.starts)
-    assert sum(profile.media_extensions for profile in product.profiles) == (2 if product.name == "NVIDIA-A30" else 1)
+    media = 3 if product.name in FOUR_SLICE - {"NVIDIA-A30"} else 2 if product.name == "NVIDIA-A30" else 1
+    assert sum(profile.media_extensions for profile in product.profiles) == media
 
 
 @pytest.mark.parametrize(
-    "product", [p for p in MIG_PRODUCTS if p.name != "NVIDIA-A30"], ids=lambda product: product.name
+    "product", [p for p in MIG_PRODUCTS if p.name not in FOUR_SLICE], ids=lambda product: product.name
 )
 def test_seven_slice_placements_and_ids(product):
     by_size = {(p.compute_slices, p.memory_slices, p.media_extensions): p for p in product.profiles}
@@ -89,10 +121,50 @@ def test_h100_facts():
     assert (one.memory_mib, one.multiprocessors, one.max_count) == (9984, 16, 7)  # §3.6 GFD labels
     assert h100.mig_profile("2g.20gb").multiprocessors == 32
     assert h100.mig_profile("3g.40gb").multiprocessors == 60
-    assert h100.mig_profile("1g.20gb").memory_mib == 2 * 9984
+    # nvidia-smi mig -lgip: 19.62 and 79.25 GiB, not 2 and 8 times the 1g figure
+    assert h100.mig_profile("1g.20gb").memory_mib == 20096
+    assert h100.mig_profile("7g.80gb").memory_mib == 81152
     assert h100.mig_profile("7g.80gb").memory_slices == 8
     assert h100.mig_profile("1g.5gb") is None
-    assert (h100.pci_device_id, h100.architecture, h100.compute_capability) == ("0x233010DE", "hopper", (9, 0))
+    assert (h100.pci_device_ids, h100.architecture, h100.compute_capability) == (("0x233010DE",), "hopper", (9, 0))
+    assert not h100.figures_estimated
+
+
+@pytest.mark.parametrize(
+    ("product", "profile", "mib"),
+    [
+        ("NVIDIA-A100-SXM4-40GB", "7g.40gb", 40192),  # go-nvml: not 8 × 4864
+        ("NVIDIA-A100-SXM4-40GB", "3g.20gb", 19968),
+        ("NVIDIA-A100-SXM4-80GB", "7g.80gb", 80384),
+        ("NVIDIA-H100-NVL", "7g.94gb", 95360),  # 93.12 GiB
+        ("NVIDIA-H200", "7g.141gb", 143104),  # 139.75 GiB
+        ("NVIDIA-B200", "2g.45gb", 45312),  # 44.25 GiB
+        ("NVIDIA-GB200", "1g.47gb", 46592),  # 45.50 GiB
+    ],
+)
+def test_profile_memory_is_what_nvml_reports(product, profile, mib):
+    found = get_product(product).mig_profile(profile)
+    assert (found.memory_mib, found.memory_estimated) == (mib, False)
+
+
+def test_estimates_are_marked_as_such():
+    b200 = get_product("NVIDIA-B200")
+    assert not b200.mig_profile("1g.23gb").memory_estimated
+    assert b200.mig_profile("7g.180gb").memory_estimated and b200.mig_profile("7g.180gb").multiprocessors_estimated
+    assert all(p.memory_estimated for p in get_product("NVIDIA-B300-SXM6-AC").profiles)
+    assert all(p.memory_estimated for p in get_product("NVIDIA-A800-SXM4-80GB").profiles)  # the A100's figures
+    assert get_product("NVIDIA-B300-SXM6-AC").figures_estimated and "estimated" in get_product("NVIDIA-GB300").source
+
+
+def test_rtx_pro_6000_universal_mig_profiles():
+    rtx = get_product("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition")
+    assert (rtx.compute_slices, rtx.memory_slices, rtx.compute_capability) == (4, 4, (12, 0))
+    attributes = {p.name: (p.attribute, p.profile_id, p.max_count) for p in rtx.profiles}
+    assert attributes["1g.24gb+gfx"] == ("+gfx", 47, 4)
+    assert attributes["1g.24gb+me.all"] == ("+me.all", 65, 1)
+    assert attributes["2g.48gb-me"] == ("-me", 66, 2)
+    assert rtx.mig_profile("1g.24gb+me.all").resource_name == "nvidia.com/mig-1g.24gb.me.all"
+    assert rtx.mig_profile("1g.24gb-me").resource_name == "nvidia.com/mig-1g.24gb-me"
 
 
 def test_a30_follows_its_own_table():
@@ -117,8 +189,8 @@ def test_non_mig_products_have_no_profiles(name):
 
 @pytest.mark.parametrize("product", PRODUCTS.values(), ids=lambda product: product.name)
 def test_product_identity_fields(product):
-    assert product.display_name.replace(" ", "-") == product.name  # GFD sanitises the NVML name (§3.6)
-    assert re.fullmatch(r"0x[0-9A-F]{4}10DE", product.pci_device_id)
+    assert gfd_product_name(product.display_name) == product.name  # GFD sanitises the NVML name (§3.6)
+    assert product.pci_device_ids and all(re.fullmatch(r"0x[0-9A-F]{4}10DE", i) for i in product.pci_device_ids)
     assert product.architecture in {"turing", "ampere", "ada-lovelace", "hopper", "blackwell"}
 
 
@@ -134,6 +206,12 @@ def test_resource_names_replace_plus_with_dot():
 )
 def test_get_product_accepts_gfd_and_nvml_spellings(name):
     assert get_product(name) is PRODUCTS["NVIDIA-H100-80GB-HBM3"]
+
+
+def test_get_product_sanitises_like_gfd():
+    assert get_product("NVIDIA GH200 144G HBM3e") is PRODUCTS["NVIDIA-GH200-144G-HBM3e"]
+    assert get_product("NVIDIA  B300 SXM6 AC") is PRODUCTS["NVIDIA-B300-SXM6-AC"]
+    assert gfd_product_name("NVIDIA RTX PRO 6000 (Blackwell)") == "NVIDIA-RTX-PRO-6000-Blackwell"
 
 
 def test_get_product_strips_the_shared_suffix():

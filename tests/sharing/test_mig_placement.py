@@ -25,10 +25,13 @@ MIG_PRODUCTS = [product for product in PRODUCTS.values() if product.mig_capable]
 
 
 def brute_force_fits(product, devices):
-    """Independent check: ≤ 1 +me instance, enough compute slices, and some choice of allowed starts that share
-    no memory slice. Tries every start for every instance, in the order given, without any cleverness."""
+    """Independent check: ≤ 1 +me instance, only -me ones beside a +me.all, enough compute slices, and some choice
+    of allowed starts that share no memory slice. Tries every start for every instance, in the order given."""
     instances = [product.mig_profile(name) for name, count in devices.items() for _ in range(count)]
     if sum(profile.media_extensions for profile in instances) > 1:
+        return False
+    attributes = Counter(profile.attribute for profile in instances)
+    if attributes["+me.all"] and sum(attributes.values()) > attributes["+me.all"] + attributes["-me"]:
         return False
     if sum(profile.compute_slices for profile in instances) > product.compute_slices:
         return False
@@ -135,6 +138,28 @@ def test_media_extensions_max_one_per_gpu():
     )
 
 
+RTX_PRO = PRODUCTS["NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"]
+
+
+def test_rtx_pro_6000_mixes_graphics_and_compute_slices():
+    result = validate_layout(RTX_PRO, {"2g.48gb": 1, "1g.24gb+gfx": 1, "1g.24gb": 1})
+    assert result.valid and result.placements == (
+        Placement("2g.48gb", 0, 2),
+        Placement("1g.24gb", 2, 1),
+        Placement("1g.24gb+gfx", 3, 1),
+    )
+    assert not validate_layout(RTX_PRO, {"2g.48gb": 1, "1g.24gb": 3}).valid  # 4 compute slices in all
+
+
+def test_me_all_leaves_only_me_less_slices_beside_it():
+    assert validate_layout(RTX_PRO, {"2g.48gb+me.all": 1, "1g.24gb-me": 2}).valid
+    result = validate_layout(RTX_PRO, {"1g.24gb+me.all": 1, "1g.24gb": 1, "1g.24gb-me": 2})
+    assert result.errors == (
+        "1g.24gb+me.all takes all media engines; 1g.24gb × 1 beside it would need some (use -me profiles)",
+    )
+    assert not validate_layout(RTX_PRO, {"1g.24gb+me.all": 1, "1g.24gb+me": 1}).valid
+
+
 def test_per_profile_maximum():
     result = validate_layout(H100, {"1g.20gb": 5})
     assert "NVIDIA-H100-80GB-HBM3 fits at most 4 × 1g.20gb; 1g.20gb × 5 asks for more" in result.errors
@@ -163,6 +188,14 @@ def test_unknown_product_name_raises():
 )
 def test_typo_suggestions(name, message):
     result = validate_layout(H100, {name: 1, "1g.10gb": 1})
+    assert not result.valid and result.errors == (message,)
+
+
+@pytest.mark.parametrize("name", ["1g.24gb.me.all", "1g.24gb.gfx"])
+def test_config_name_spelling_of_attributes_is_recognised(name):
+    result = validate_layout(RTX_PRO, {name: 1})
+    message = f"{name} is not a profile of {RTX_PRO.name} — did you mean {name[:7]}+{name[8:]}?"
+    assert result.errors == (message,)
     assert not result.valid and result.errors == (message,)
 
 
@@ -224,7 +257,7 @@ def test_maximal_layouts_start_with_the_whole_gpu_and_end_with_the_smallest_slic
 
 @pytest.mark.parametrize("product", MIG_PRODUCTS, ids=lambda product: product.name)
 def test_maximal_layouts_are_exactly_those_brute_force_finds(product):
-    profiles = [profile for profile in product.profiles if not profile.media_extensions]
+    profiles = [profile for profile in product.profiles if not profile.attribute]
     fitting = set()
     for counts in itertools.product(*(range(profile.max_count + 1) for profile in profiles)):
         layout = {profile.name: count for profile, count in zip(profiles, counts, strict=True) if count}
@@ -333,7 +366,7 @@ def test_format_then_parse_round_trips(case):
 def test_alignment_failures_are_explained_too():
     # No catalog GPU has one (every refusal there is "takes all 8"), so a made-up GPU with rigid starts.
     rigid = GpuProduct(
-        "Test-Rigid", "Test Rigid", 4096, "hopper", (9, 0), "0x000010DE", 4, True, 4, 4,
+        "Test-Rigid", "Test Rigid", 4096, "hopper", (9, 0), ("0x000010DE",), 4, True, 4, 4,
         (MigProfile("2g.2gb", 1, 2, 2, 2048, 2, 1, (0,)), MigProfile("1g.1gb", 2, 1, 1, 1024, 1, 1, (0,))),
     )  # fmt: skip
     result = validate_layout(rigid, {"1g.1gb": 1, "2g.2gb": 1})

@@ -53,7 +53,9 @@ def test_invalid_profiles_say_why_per_field(spec, field, text):
 
 
 def test_mps_cap_is_16_below_compute_capability_7_5(monkeypatch):
-    volta = GpuProduct("Tesla-V100-SXM2-16GB", "Tesla V100-SXM2-16GB", 16384, "volta", (7, 0), "0x1DB110DE", 80, False)
+    volta = GpuProduct(
+        "Tesla-V100-SXM2-16GB", "Tesla V100-SXM2-16GB", 16384, "volta", (7, 0), ("0x1DB110DE",), 80, False
+    )
     monkeypatch.setitem(PRODUCTS, volta.name, volta)
     assert validate_spec(ProfileSpec("mps", ("Tesla-T4",), replicas=20)) == {}  # T4 is 7.5: the cap is 48
     errors = validate_spec(ProfileSpec("mps", (volta.name, "Tesla-T4"), replicas=20))
