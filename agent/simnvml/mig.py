@@ -45,6 +45,17 @@ def gi_profile_index(profile: MigProfile) -> int:
     }[profile.compute_slices]
 
 
+def _fill_handles(found: list[SimGpuInstance] | list[SimComputeInstance], array: Any, count_ref: Any) -> int:
+    """Write the instances' handles into the caller's array and their number into its count, as NVML's C side does."""
+    count = deref(count_ref)
+    count.value = len(found)
+    if len(found) > len(array):
+        raise nvml_error(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+    for slot, instance in enumerate(found):
+        array[slot] = ctypes.pointer(instance.handle)
+    return pynvml.NVML_SUCCESS
+
+
 class SimMig(SimNvmlBase):
     """The nvmlDevice*/nvmlGpuInstance*/nvmlComputeInstance* functions that read and change MIG."""
 
@@ -113,15 +124,7 @@ class SimMig(SimNvmlBase):
         if not gpu.mig_current:
             raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         profile = self._profile(gpu, profile_id)
-        found = [gi for gi in gpu.gpu_instances if gi.profile == profile]
-        count = deref(count_ref)
-        if len(found) > len(instances):
-            count.value = len(found)
-            raise nvml_error(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
-        for slot, gi in enumerate(found):
-            instances[slot] = ctypes.pointer(gi.handle)
-        count.value = len(found)
-        return pynvml.NVML_SUCCESS
+        return _fill_handles([gi for gi in gpu.gpu_instances if gi.profile == profile], instances, count_ref)
 
     def nvmlGpuInstanceGetInfo(self, gpu_instance: Any) -> pynvml.c_nvmlGpuInstanceInfo_t:
         gi = self._resolve(gpu_instance, SimGpuInstance)
@@ -205,14 +208,7 @@ class SimMig(SimNvmlBase):
     ) -> int:
         gi = self._resolve(gpu_instance, SimGpuInstance)
         found = [ci for ci in gi.compute_instances if ci.profile_index == profile_id]
-        count = deref(count_ref)
-        if len(found) > len(instances):
-            count.value = len(found)
-            raise nvml_error(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
-        for slot, ci in enumerate(found):
-            instances[slot] = ctypes.pointer(ci.handle)
-        count.value = len(found)
-        return pynvml.NVML_SUCCESS
+        return _fill_handles(found, instances, count_ref)
 
     def nvmlComputeInstanceDestroy(self, compute_instance: Any) -> int:
         ci = self._resolve(compute_instance, SimComputeInstance)
