@@ -13,7 +13,8 @@ from pathlib import Path
 import pynvml
 
 from agent import AGENT_VERSION
-from agent.backends.nvml import NvmlBackend, nvml_error_name
+from agent.backends.nvml import NvmlBackend
+from agent.backends.nvml.calls import nvml_error_name
 from agent.backends.simulated import DEFAULT_PRODUCT, SimulatedBackend
 from agent.runner import EXIT_USAGE, Agent, AgentSettings
 from sharing.mig import UnknownProductError, get_product

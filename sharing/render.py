@@ -419,35 +419,10 @@ def _pool_match(node_pool_label: str) -> tuple[str, str]:
     return cel, f"{key}={value}" if equals else key
 
 
-def render_admission_policy(
-    name: str,
-    *,
-    required_qos: str,
-    required_priority_class: str,
-    namespace_selector: Mapping[str, Any] | None = None,
-    node_pool_label: str | None = None,
-) -> tuple[dict, dict]:
-    """A ValidatingAdmissionPolicy and its binding (Kubernetes ≥ 1.30) that deny creating a pod which requests
-    NVIDIA GPUs (nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-* in any container's limits) and breaks a QoS
-    policy's workload rules: not Guaranteed when `required_qos` is "guaranteed", BestEffort when "burstable", or not
-    the `required_priority_class`. The QoS class is Kubernetes' own (sharing.qos.qos_class, which the tests hold the
-    CEL to): only cpu and memory above zero count; pod-level `spec.resources` with any request or limit decide alone
-    (Kubernetes 1.32+, on by default from 1.34), otherwise every container and init container counts.
-
-    What admission can and cannot see, so compliance reports (sharing.qos.check_pods) stay the safety net:
-    - It sees a pod at CREATE, before scheduling: which pool a pod lands in is unknown. With `node_pool_label`
-      ("key=value", or "key" for any value) only pods that ask for the pool are checked: `spec.nodeSelector[key]`
-      equal to the value, or a required node-affinity term `key In [value]` (any of the ORed terms, so a pod that
-      may land there counts). A pod reaching the pool otherwise (no selector, `spec.nodeName` set, other affinity
-      operators) is not checked: pair the policy with the pool's exclusive taint. Without it, every pod that requests
-      GPUs in the bound namespaces is checked.
-    - The object is the defaulted one: requests already copied from limits, and the Priority admission plugin has
-      filled in a globalDefault PriorityClass.
-    - Controllers' pods are denied at pod creation: a Deployment or Job is accepted and its pods fail (FailedCreate
-      events on the ReplicaSet or Job). UPDATE is not matched: QoS class and priority cannot change after creation.
-      Ephemeral containers (added through a subresource) are not checked.
-    - `quantity()` is Kubernetes' CEL quantity library (1.28+); v1 of the API needs 1.30.
-    """
+def _check_admission_arguments(
+    name: str, required_qos: str, required_priority_class: str, namespace_selector: Mapping[str, Any] | None
+) -> None:
+    """ValueError for an object name, QoS class, priority class or namespace selector Kubernetes would refuse."""
     if not isinstance(name, str) or _DNS_SUBDOMAIN_RE.match(name) is None:
         raise ValueError(f"{name!r} is not a Kubernetes object name (a DNS subdomain: a-z 0-9 - .)")
     if required_qos not in _REQUIRED_QOS:
@@ -462,6 +437,9 @@ def render_admission_policy(
     ):
         raise ValueError("namespace_selector must be a label selector: {matchLabels: ..., matchExpressions: [...]}")
 
+
+def _admission_variables(node_pool_label: str | None) -> tuple[list[dict], str, str]:
+    """The policy's CEL variables, the condition that exempts a pod from its rules, and who the rules are for."""
     variables = [
         {"name": "containers", "expression": _CEL_CONTAINERS},
         {"name": "requestsGpu", "expression": _CEL_REQUESTS_GPU},
@@ -471,7 +449,13 @@ def render_admission_policy(
         pool_cel, pool = _pool_match(node_pool_label)
         variables.append({"name": "inPool", "expression": pool_cel})
         applies, who = "!variables.requestsGpu || !variables.inPool", f"{who} on nodes selected by {pool}"
-    prefix = f"Tessera QoS policy {name}"
+    return variables, applies, who
+
+
+def _admission_validations(
+    prefix: str, required_qos: str, required_priority_class: str, *, applies: str, who: str
+) -> list[dict]:
+    """One validation per rule the policy enforces (QoS class, priority class); pods it does not apply to pass."""
     validations = []
     if required_qos == "guaranteed":
         validations.append(
@@ -501,6 +485,43 @@ def render_admission_policy(
                 "reason": "Forbidden",
             }
         )
+    return validations
+
+
+def render_admission_policy(
+    name: str,
+    *,
+    required_qos: str,
+    required_priority_class: str,
+    namespace_selector: Mapping[str, Any] | None = None,
+    node_pool_label: str | None = None,
+) -> tuple[dict, dict]:
+    """A ValidatingAdmissionPolicy and its binding (Kubernetes ≥ 1.30) that deny creating a pod which requests
+    NVIDIA GPUs (nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-* in any container's limits) and breaks a QoS
+    policy's workload rules: not Guaranteed when `required_qos` is "guaranteed", BestEffort when "burstable", or not
+    the `required_priority_class`. The QoS class is Kubernetes' own (sharing.qos.qos_class, which the tests hold the
+    CEL to): only cpu and memory above zero count; pod-level `spec.resources` with any request or limit decide alone
+    (Kubernetes 1.32+, on by default from 1.34), otherwise every container and init container counts.
+
+    What admission can and cannot see, so compliance reports (sharing.qos.check_pods) stay the safety net:
+    - It sees a pod at CREATE, before scheduling: which pool a pod lands in is unknown. With `node_pool_label`
+      ("key=value", or "key" for any value) only pods that ask for the pool are checked: `spec.nodeSelector[key]`
+      equal to the value, or a required node-affinity term `key In [value]` (any of the ORed terms, so a pod that
+      may land there counts). A pod reaching the pool otherwise (no selector, `spec.nodeName` set, other affinity
+      operators) is not checked: pair the policy with the pool's exclusive taint. Without it, every pod that requests
+      GPUs in the bound namespaces is checked.
+    - The object is the defaulted one: requests already copied from limits, and the Priority admission plugin has
+      filled in a globalDefault PriorityClass.
+    - Controllers' pods are denied at pod creation: a Deployment or Job is accepted and its pods fail (FailedCreate
+      events on the ReplicaSet or Job). UPDATE is not matched: QoS class and priority cannot change after creation.
+      Ephemeral containers (added through a subresource) are not checked.
+    - `quantity()` is Kubernetes' CEL quantity library (1.28+); v1 of the API needs 1.30.
+    """
+    _check_admission_arguments(name, required_qos, required_priority_class, namespace_selector)
+    variables, applies, who = _admission_variables(node_pool_label)
+    validations = _admission_validations(
+        f"Tessera QoS policy {name}", required_qos, required_priority_class, applies=applies, who=who
+    )
     labels = {"app.kubernetes.io/managed-by": "tessera"}
     policy = {
         "apiVersion": ADMISSION_API_VERSION,

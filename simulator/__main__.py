@@ -19,6 +19,14 @@ def _parser() -> argparse.ArgumentParser:
         "fleet. kubectl and the official Python client work against it with the kubeconfig it writes.",
         epilog="Fault knobs can also be changed while running: POST /_sim/faults (see simulator/README.md).",
     )
+    _add_server_arguments(parser)
+    _add_fault_arguments(parser)
+    _add_cluster_arguments(parser)
+    return parser
+
+
+def _add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where it listens, what fleet it generates, and how clients reach it."""
     parser.add_argument(
         "--port", type=int, default=6443, help="TCP port to listen on; 0 picks a free one (default %(default)s)"
     )
@@ -39,6 +47,10 @@ def _parser() -> argparse.ArgumentParser:
         "--state-dir", help="directory for the certificate and key (default: a temporary one, removed on exit)"
     )
     parser.add_argument("--token", help="bearer token clients must send (default: random; it is in the kubeconfig)")
+
+
+def _add_fault_arguments(parser: argparse.ArgumentParser) -> None:
+    """How slow and unreliable the API and the MIG Manager are."""
     parser.add_argument(
         "--apply-delay",
         type=float,
@@ -75,6 +87,10 @@ def _parser() -> argparse.ArgumentParser:
         metavar="JSON",
         help='any fault knob, as the body of POST /_sim/faults, e.g. \'{"wedge": {"gpu-node-0001": 1}}\'',
     )
+
+
+def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The workload, the GPU Operator's configuration, watch history, and request logging."""
     parser.add_argument(
         "--workload-pods", type=int, default=None, help="user pods holding GPUs at start (default: half the node count)"
     )
@@ -98,7 +114,6 @@ def _parser() -> argparse.ArgumentParser:
         help="changes kept for watches; a watch from an older resourceVersion gets 410 Gone (default %(default)s)",
     )
     parser.add_argument("--log-requests", action="store_true", help="print one line per HTTP request to stderr")
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

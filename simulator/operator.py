@@ -7,20 +7,15 @@ locks of its own. The sharp edges of the real components are kept on purpose; se
 from __future__ import annotations
 
 import functools
-import heapq
 import itertools
-import queue
-import threading
-import time
-import traceback
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sharing.mig import GpuProduct, LayoutResult, Placement, validate_layout
 from sharing.render import DevicePluginSpec, MigDeviceSpec, parse_device_plugin_config, parse_mig_parted_config
 from simulator import labels as gfd
 from simulator import migconfig
+from simulator.controller import ControllerLoop
 from simulator.faults import Faults
 from simulator.fleet import MigDevice, SimNode
 from simulator.nodes import DEPLOY_PREFIX, set_ready
@@ -129,22 +124,17 @@ def _gi_id(product: GpuProduct, placement: Placement) -> int:
     return 7 + placement.start
 
 
-class GpuOperator:
+class GpuOperator(ControllerLoop):
     """The operator's per-node controllers, driven by store changes and timers on one thread."""
 
     def __init__(self, store: Store, nodes: dict[str, SimNode], faults: Faults, daemonsets: DaemonSets):
+        super().__init__("sim-gpu-operator")
         self._store = store
         self._nodes = nodes
         self._faults = faults
         self._daemonsets = daemonsets
         self._mig = {name: MigManagerState() for name in nodes}
         self._plugin = {name: PluginState() for name in nodes}
-        self._work: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._timers: list[tuple[float, int, Callable[[], None]]] = []
-        self._sequence = itertools.count()
-        self._pending = 0
-        self._settled = threading.Condition()
-        self._thread: threading.Thread | None = None
         self._events = itertools.count(1)
 
     # -- start-up -------------------------------------------------------------------------------------------
@@ -182,67 +172,7 @@ class GpuOperator:
             self._write_gpu_status(node, obj, policy)
         return configmaps
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="sim-gpu-operator", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._work.put(None)
-        if self._thread:
-            self._thread.join(timeout=5)
-
-    # -- the controller loop ----------------------------------------------------------------------------------
-
-    def submit(self, work: Callable[[], None]) -> None:
-        with self._settled:
-            self._pending += 1
-        self._work.put(work)
-
-    def _later(self, delay: float, work: Callable[[], None]) -> None:
-        with self._settled:
-            self._pending += 1
-        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._sequence), work))
-
-    def _done_one(self) -> None:
-        with self._settled:
-            self._pending -= 1
-            if self._pending == 0:
-                self._settled.notify_all()
-
-    def settle(self, timeout: float = 10.0) -> bool:
-        """Wait until no change is queued and no MIG step is scheduled; False on timeout."""
-        deadline = time.monotonic() + timeout
-        with self._settled:
-            while self._pending:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._settled.wait(left)
-        return True
-
-    def _run(self) -> None:
-        while True:
-            wait = None
-            if self._timers:
-                wait = max(0.0, self._timers[0][0] - time.monotonic())
-            try:
-                work = self._work.get(timeout=wait)
-            except queue.Empty:
-                work = None
-            else:
-                if work is None:
-                    return
-                self._call(work)
-            while self._timers and self._timers[0][0] <= time.monotonic():
-                self._call(heapq.heappop(self._timers)[2])
-
-    def _call(self, work: Callable[[], None]) -> None:
-        try:
-            work()
-        except Exception:  # one node's bad step must not stop the controllers of all the others
-            traceback.print_exc()
-        finally:
-            self._done_one()
+    # -- reacting to the store --------------------------------------------------------------------------------
 
     def on_change(self, change: Change) -> None:
         """Store listener (runs under the store lock): only decide what to react to, and enqueue it."""

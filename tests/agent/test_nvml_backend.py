@@ -1,4 +1,4 @@
-"""The NVML mapping (agent/backends/nvml.py) run over the simulated NVML layer: every field of a GPU report."""
+"""The NVML mapping (agent/backends/nvml/) run over the simulated NVML layer: every field of a GPU report."""
 
 import ctypes
 import re
@@ -6,7 +6,8 @@ import re
 import pynvml
 import pytest
 
-from agent.backends.nvml import NvmlBackend, gfd_product
+from agent.backends.nvml import NvmlBackend
+from agent.backends.nvml.inventory import gfd_product
 from agent.host import LinuxHost
 from agent.protocol import GpuInstance, HostSettings
 from agent.simnvml import SimNvml

@@ -46,7 +46,7 @@ SEED = 11
 HOSTNAME = f"sim-node-{SEED}"  # the simulated host's name for this seed
 BERLIN = ZoneInfo("Europe/Berlin")
 NOON = datetime(2026, 3, 4, 12, 0, tzinfo=BERLIN)  # a Wednesday, inside the day window
-# The simulated H100 runs graphics clocks of 210-1980 MHz (agent/simnvml.py CLOCKS_MHZ["hopper"]).
+# The simulated H100 runs graphics clocks of 210-1980 MHz (agent/simnvml/devices.py CLOCKS_MHZ["hopper"]).
 TRAINING_CLOCKS = (1410, 1980)
 
 
