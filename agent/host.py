@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import fields
 from pathlib import Path
 
-from agent.backends.base import ApplyError
+from agent.errors import ApplyError
 from agent.protocol import HostSettings, HostTuning
 
 THP_FILE = "sys/kernel/mm/transparent_hugepage/enabled"

@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from agent import AGENT_VERSION
-from agent.backends.base import ApplyError, Backend, BusyError, NodeSnapshot
+from agent.backends.base import Backend, NodeSnapshot
 from agent.client import AuthError, RejectedError, ServerClient, TransientError
+from agent.errors import ApplyError, BusyError
 from agent.protocol import (
     AppliedState,
     DesiredConfig,

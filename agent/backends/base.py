@@ -18,14 +18,6 @@ from agent.protocol import (
 from sharing.mig import Placement
 
 
-class ApplyError(Exception):
-    """A desired config that could not be applied; the text becomes the outcome's message."""
-
-
-class BusyError(ApplyError):
-    """Compute processes hold a GPU the change touches (NVML_ERROR_IN_USE included): outcome `refused_busy`."""
-
-
 @dataclass(frozen=True)
 class NodeSnapshot:
     """Inventory and metrics at one moment; `boot_id` tells whether the node rebooted since the last apply."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid as uuid_module
 from typing import Any
 
-from agent.backends.base import ApplyError
+from agent.errors import ApplyError
 from agent.host import SYSCTL_FILES, THP_FILE, tuning_changes, tuning_problems
 from agent.protocol import HostSettings, HostTuning
 from agent.simnvml.devices import SimGpu

@@ -6,7 +6,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from agent.backends.base import ApplyError, BusyError
+from agent.errors import ApplyError, BusyError
 from agent.protocol import MigSettings, MpsSettings
 from sharing.mig import validate_layout
 from sharing.render import MigDeviceSpec, render_mig_parted_config

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pynvml
 import pytest
 
-from agent.backends.base import ApplyError
 from agent.backends.nvml import NvmlBackend
+from agent.errors import ApplyError
 from agent.host import LinuxHost
 from agent.protocol import GpuSettings, HostSettings, HostTuning, NodeSettings
 from agent.simnvml import SimNvml

@@ -8,7 +8,7 @@ from typing import Any
 
 import pynvml
 
-from agent.backends.base import ApplyError, BusyError
+from agent.errors import ApplyError, BusyError
 
 MIB = 1024 * 1024
 NOT_AVAILABLE = 0xFFFFFFFF  # NVML's "no instance" in process and event records (outside MIG)

@@ -11,9 +11,10 @@ from typing import Any
 
 import pynvml
 
-from agent.backends.base import ApplyError, MigPlan, MigTarget
+from agent.backends.base import MigPlan, MigTarget
 from agent.backends.nvml.calls import call_nvml, last_line
 from agent.backends.nvml.inventory import NvmlInventory
+from agent.errors import ApplyError
 from agent.protocol import MigSettings
 from sharing.mig import UnknownProductError, get_product, validate_layout
 from sharing.render import MigDeviceSpec, parse_mig_parted_config

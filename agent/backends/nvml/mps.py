@@ -7,9 +7,9 @@ from typing import Any
 
 import pynvml
 
-from agent.backends.base import ApplyError
 from agent.backends.nvml.calls import COMPUTE_MODES, MIB, call_nvml, last_line
 from agent.backends.nvml.inventory import NvmlInventory
+from agent.errors import ApplyError
 from agent.protocol import MpsSettings, TimeSliceInterval
 
 TIME_SLICES = {"default": 0, "short": 1, "medium": 2, "long": 3}  # §5, NVIDIA's DRA driver TimeSliceInterval.Int()

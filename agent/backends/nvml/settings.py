@@ -6,9 +6,9 @@ from typing import Any
 
 import pynvml
 
-from agent.backends.base import ApplyError
 from agent.backends.nvml.calls import COMPUTE_MODES, call_nvml, nvml_error_name, on_gpus
 from agent.backends.nvml.mps import NvmlMps
+from agent.errors import ApplyError
 from agent.protocol import GpuSettings, NodeSettings
 
 COMPUTE_MODE_VALUES = {name: value for value, name in COMPUTE_MODES.items()}
