@@ -37,7 +37,7 @@ from sharing.mig import PRODUCTS, mig_resources, validate_layout
 from sharing.models import NodePin, PoolSharing, QoSComplianceReport, QoSPolicy, SharingProfile
 from sharing.spec import ALL_GPUS, ProfileSpec, validate_spec
 from worker.admission import policy_admission_views, pool_admission_views
-from worker.reconcile import pool_assign_and_roll_out
+from worker.rollouts import pool_assign_and_roll_out
 from worker.tasks import qos_compliance_check
 
 PIN_CANDIDATES = 200
