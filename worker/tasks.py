@@ -15,6 +15,7 @@ from worker.inventory.pods import sync_pods
 from worker.models import Rollout
 
 STEP_CHUNK = 50
+RECONCILE_TICK_SECONDS = 30  # beat's period for the tick (TESSERA_RECONCILE_SECONDS); it re-sends what expired
 
 
 @shared_task(soft_time_limit=50, time_limit=60, expires=60)
@@ -25,7 +26,7 @@ def reconcile_tick() -> dict:
     created = reconcile_module.reconcile()
     active = list(Rollout.objects.filter(status=RolloutStatus.RUNNING).values_list("pk", flat=True))
     for rollout_id in active:
-        rollout_advance.delay(rollout_id)
+        rollout_advance.apply_async((rollout_id,), expires=RECONCILE_TICK_SECONDS)
     admission = admission_module.clusters_out_of_date()
     for cluster_id in admission:
         admission_sync.apply_async((cluster_id,), expires=ADMISSION_TICK_SECONDS)
