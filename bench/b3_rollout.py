@@ -38,8 +38,9 @@ def prepare(kubeconfig: str, url: str, count: int):
     from fleet.models import Gpu, Node, NodePool
     from sharing import services as sharing_services
     from tests.factories import ClusterFactory
-    from worker import reconcile, sync
+    from worker import reconcile
     from worker.drivers import driver_for
+    from worker.inventory.cluster import sync_cluster_full
     from worker.models import Rollout
 
     # Tasks the services enqueue go to an in-memory queue nobody reads: this process drives the engine itself.
@@ -47,7 +48,7 @@ def prepare(kubeconfig: str, url: str, count: int):
     cluster = ClusterFactory(name="bench", kubeconfig_path=kubeconfig, metrics_url=f"{url}/metrics")
     driver_for(cluster).adopt_operator_configs()
     sim_settle(url, kubeconfig)  # every mig-manager restarted on the ClusterPolicy change: let that finish first
-    sync.sync_cluster_full(cluster, metrics=False)
+    sync_cluster_full(cluster, metrics=False)
     h100 = set(Gpu.objects.filter(product=H100, index=0).values_list("node__name", flat=True))
     names = sorted(
         n for n in Node.objects.filter(ready=True, unschedulable=False).values_list("name", flat=True) if n in h100

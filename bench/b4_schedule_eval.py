@@ -57,7 +57,7 @@ def tick(limit: int | None = None):
     """What the reconcile loop computes per tick: desired vs observed for every reconcilable node."""
     from fleet.models import Node
     from scheduling.selectors import desired_vs_observed
-    from worker.reconcile import reconcilable_nodes
+    from worker.selectors import reconcilable_nodes
 
     queryset = Node.objects.all()
     if limit:

@@ -1,8 +1,8 @@
 """B-sync: Tessera's inventory from a 10,000-node simulated cluster.
 
 1. The first full sync: list every GPU node (paginated) and scrape dcgm-exporter, then record nodes, GPUs, MIG
-   devices and metrics (worker.sync.sync_cluster_full) into an empty database. Target: ≤ 60 s.
-2. Incremental updates through the watch path (worker.sync.ClusterWatcher): N nodes change a label, each
+   devices and metrics (worker.inventory.cluster.sync_cluster_full) into an empty database. Target: ≤ 60 s.
+2. Incremental updates through the watch path (worker.inventory.watch.ClusterWatcher): N nodes change a label, each
    change arrives as a watch event and is recorded in batches. Printed for 100 and 1,000 changed nodes: the
    cost (recording time, queries) must grow with the changed nodes, not with the fleet.
 
@@ -95,12 +95,12 @@ class Queries:
 
 def first_sync(cluster) -> tuple[float, int, object]:
     """Nodes listed, dcgm-exporter scraped, nodes + GPUs + MIG devices recorded (utilisation: see metrics_record)."""
-    from worker import sync
+    from worker.inventory.cluster import sync_cluster_full
 
     queries = Queries()
     began = time.perf_counter()
     with queries.counting():
-        result = sync.sync_cluster_full(cluster, metrics=False)
+        result = sync_cluster_full(cluster, metrics=False)
     return time.perf_counter() - began, queries.count, result
 
 
@@ -108,10 +108,10 @@ def metrics_record(cluster, sample_gpus: int) -> tuple[float, int, int, float]:
     """fleet.services.gpu_metrics_record (the fleet app's service) on the first `sample_gpus` scraped GPUs; its
     bulk_update costs milliseconds per GPU, so the whole fleet is extrapolated from the sample."""
     from fleet.services import gpu_metrics_record
-    from worker import sync
+    from worker.inventory.dcgm import fetch_metrics, gpu_metrics
 
     began = time.perf_counter()
-    samples = sync.gpu_metrics(sync.fetch_metrics(cluster))
+    samples = gpu_metrics(fetch_metrics(cluster))
     fetch = time.perf_counter() - began
     queries = Queries()
     began = time.perf_counter()
@@ -129,7 +129,7 @@ def incremental(cluster, kubeconfig: str, names: list[str], round_no: int) -> di
     from django.db import connection
 
     from fleet.models import Node
-    from worker.sync import ClusterWatcher
+    from worker.inventory.watch import ClusterWatcher
 
     flushes = []
 

@@ -8,6 +8,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from core.exceptions import ApplicationError
+from fleet import enqueue
 from fleet.choices import ConnectionState
 from fleet.labels import parse_selector, selector_matches
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool, Pod
@@ -162,9 +163,7 @@ def pool_update(*, pool: NodePool, **values) -> NodePool:
 
 def _enqueue_selector(pool: NodePool) -> None:
     if pool.node_selector:
-        from fleet.tasks import pool_apply_selector as task  # tasks import services; import late to avoid a cycle
-
-        transaction.on_commit(lambda: task.delay(pool.pk))
+        enqueue.pool_apply_selector(pool.pk)
 
 
 @transaction.atomic

@@ -1,11 +1,14 @@
-"""Shared fixtures: users per role, API clients, and Playwright's Chromium (Debian's, never a download)."""
+"""Shared fixtures: users per role, API clients, a simulated Kubernetes cluster, and Playwright's Chromium
+(Debian's, never a download)."""
 
 import os
 
 import pytest
+from kubernetes import client, config
 from rest_framework.test import APIClient
 
-from tests.factories import UserFactory
+from simulator import Simulator
+from tests.factories import ClusterFactory, UserFactory
 
 # Sync Playwright runs an event loop in the test thread; the ORM calls in browser tests are still synchronous.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -52,6 +55,35 @@ def operator_api(operator):
 @pytest.fixture
 def admin_api(admin_user):
     return _client_for(admin_user)
+
+
+@pytest.fixture
+def sim_options() -> dict:
+    """How `sim` starts the simulator, beyond its defaults; a test module overrides this fixture to change it."""
+    return {}
+
+
+@pytest.fixture
+def sim(sim_options):
+    """A simulated Kubernetes cluster with the GPU Operator (a child process): 12 seeded nodes, changes applied at
+    once, no workload pods unless `sim_options` asks for them."""
+    options = {"nodes": 12, "seed": 7, "apply_delay": 0.0, "workload_pods": 0, **sim_options}
+    with Simulator(**options) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def core(sim):
+    """The official client's CoreV1Api on the simulator, to change or read it behind Tessera's back."""
+    with config.new_client_from_config(config_file=sim.kubeconfig_path) as api:
+        yield client.CoreV1Api(api)
+
+
+@pytest.fixture
+def sim_cluster(sim):
+    """A Kubernetes cluster in Tessera pointing at the simulator: its API and its dcgm-exporter metrics (needs a
+    database: the test's django_db mark)."""
+    return ClusterFactory(name="sim", kubeconfig_path=sim.kubeconfig_path, metrics_url=f"{sim.url}/metrics")
 
 
 @pytest.fixture(scope="session")

@@ -37,3 +37,10 @@ ACTIVE_CHANGE_STATUSES = (
 )
 IN_FLIGHT_STATUSES = (ChangeStatus.WAITING_FOR_IDLE, ChangeStatus.APPLYING, ChangeStatus.VERIFYING)
 PROBLEM_STATUSES = (ChangeStatus.FAILED, ChangeStatus.ROLLED_BACK)
+TERMINAL_CHANGE_STATUSES = (
+    ChangeStatus.SUCCEEDED,
+    ChangeStatus.FAILED,
+    ChangeStatus.ROLLED_BACK,
+    ChangeStatus.SKIPPED,
+    ChangeStatus.CANCELLED,
+)

@@ -1,7 +1,9 @@
-"""Rollouts: create them, steer them (pause, resume, cancel) and advance their node changes step by step.
+"""The node-change engine: advance rollouts and step their node changes (wait/drain → apply → verify → succeed,
+fail or roll back), and take in what node agents report about a change.
 
 Every transition is a guarded update committed before the side effect it permits (STYLE §5): a duplicate task,
-a second worker or a restarted one finds the row already moved and does nothing twice.
+a second worker or a restarted one finds the row already moved and does nothing twice. Creating and steering
+rollouts is worker.rollouts.
 """
 
 from collections import defaultdict
@@ -15,14 +17,12 @@ from django.db.models.expressions import Combinable
 from django.utils import timezone
 
 from core.audit import Actor, audit_record
-from core.exceptions import ApplicationError
 from core.models import AuditEvent
-from fleet.models import Node
 from sharing.choices import BusyPolicy
 from worker.choices import (
-    ACTIVE_CHANGE_STATUSES,
     IN_FLIGHT_STATUSES,
     PROBLEM_STATUSES,
+    TERMINAL_CHANGE_STATUSES,
     ChangeStatus,
     RolloutStatus,
 )
@@ -32,146 +32,6 @@ from worker.models import NodeChange, Rollout
 
 # A change not touched for this long while in flight has lost its task (worker crash, lost message): re-step it.
 STEP_STALL_SECONDS = 30
-TERMINAL = (ChangeStatus.SUCCEEDED, ChangeStatus.FAILED, ChangeStatus.ROLLED_BACK, ChangeStatus.SKIPPED,
-            ChangeStatus.CANCELLED)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class PlannedChange:
-    """One node and the configs it should get (built by the reconcile loop or an explicit rollout request)."""
-
-    node: Node
-    to_config: dict
-    profile_id: int | None = None
-
-
-# --- creating and steering -----------------------------------------------------------------------------------------
-
-
-def _from_config(node: Node) -> dict:
-    """What the node runs now; only a config the node applied successfully is a rollback target."""
-    return {
-        "mig_config": node.observed_mig_config or None,
-        "device_plugin_config": node.observed_device_plugin_config,
-        "mode": node.observed_mode,
-        "config_state": node.config_state,
-        "allocatable": node.allocatable,
-    }
-
-
-@transaction.atomic
-def rollout_create(
-    *, actor: Actor, trigger: str, title: str, changes: Sequence[PlannedChange], pool=None, profile=None, **strategy
-) -> Rollout:
-    """Create a rollout and its queued node changes; refused if a node already has a change in flight."""
-    if not changes:
-        raise ApplicationError("Nothing to roll out: every node already has its desired configuration.")
-    busy = set(
-        NodeChange.objects.filter(node__in=[c.node for c in changes], status__in=ACTIVE_CHANGE_STATUSES).values_list(
-            "node__name", flat=True
-        )
-    )
-    if busy:
-        raise ApplicationError(
-            f"{len(busy)} node(s) already have a change in progress: {', '.join(sorted(busy)[:5])}.", status=409
-        )
-    rollout = Rollout(
-        title=title[:300],
-        trigger=trigger,
-        actor=actor.user if getattr(actor.user, "pk", None) else None,
-        actor_label=actor.label,
-        pool=pool,
-        profile=profile,
-        **strategy,
-    )
-    rollout.full_clean(exclude=["actor", "pool", "profile"])
-    rollout.save()
-    NodeChange.objects.bulk_create(
-        NodeChange(
-            rollout=rollout,
-            node=planned.node,
-            position=position,
-            profile_id=planned.profile_id,
-            from_config=_from_config(planned.node),
-            to_config=planned.to_config,
-            applied_mig_config=planned.to_config.get("mig_config") or "",
-        )
-        for position, planned in enumerate(sorted(changes, key=lambda c: c.node.name))
-    )
-    audit_record(
-        actor=actor,
-        action="rollout.create",
-        obj=rollout,
-        after={"nodes": len(changes), "title": rollout.title, "strategy": strategy},
-    )
-    transaction.on_commit(lambda: _enqueue_advance(rollout.pk))
-    return rollout
-
-
-def _enqueue_advance(rollout_id: int) -> None:
-    from worker.tasks import rollout_advance  # tasks import this module
-
-    rollout_advance.delay(rollout_id)
-
-
-def _set_rollout_status(rollout: Rollout, *, actor: Actor, allowed: Iterable[str], new: str, action: str) -> Rollout:
-    now = timezone.now()
-    finished = now if new in (RolloutStatus.SUCCEEDED, RolloutStatus.FAILED, RolloutStatus.CANCELLED) else None
-    moved = Rollout.objects.filter(pk=rollout.pk, status__in=list(allowed)).update(
-        status=new, updated_at=now, finished_at=finished
-    )
-    if not moved:
-        rollout.refresh_from_db()
-        raise ApplicationError(f"Rollout #{rollout.pk} is {rollout.status}; it cannot be {action}.", status=409)
-    before = rollout.status
-    rollout.refresh_from_db()
-    audit_record(actor=actor, action=f"rollout.{action}", obj=rollout, before={"status": before}, after={"status": new})
-    return rollout
-
-
-@transaction.atomic
-def rollout_pause(*, actor: Actor, rollout: Rollout) -> Rollout:
-    """Start no new nodes; nodes already changing finish their step."""
-    return _set_rollout_status(
-        rollout, actor=actor, allowed=[RolloutStatus.RUNNING], new=RolloutStatus.PAUSED, action="pause"
-    )
-
-
-@transaction.atomic
-def rollout_resume(*, actor: Actor, rollout: Rollout) -> Rollout:
-    rollout = _set_rollout_status(
-        rollout, actor=actor, allowed=[RolloutStatus.PAUSED], new=RolloutStatus.RUNNING, action="resume"
-    )
-    transaction.on_commit(lambda: _enqueue_advance(rollout.pk))
-    return rollout
-
-
-@transaction.atomic
-def rollout_cancel(*, actor: Actor, rollout: Rollout) -> Rollout:
-    """Cancel queued and waiting nodes (uncordoning what Tessera cordoned); nodes mid-apply finish and verify."""
-    rollout = _set_rollout_status(
-        rollout,
-        actor=actor,
-        allowed=[RolloutStatus.RUNNING, RolloutStatus.PAUSED],
-        new=RolloutStatus.CANCELLED,
-        action="cancel",
-    )
-    now = timezone.now()
-    waiting = list(rollout.changes.filter(status=ChangeStatus.WAITING_FOR_IDLE, cordoned_by_tessera=True))
-    rollout.changes.filter(status__in=[ChangeStatus.QUEUED, ChangeStatus.WAITING_FOR_IDLE]).update(
-        status=ChangeStatus.CANCELLED, finished_at=now, updated_at=now, error="cancelled"
-    )
-    if waiting:
-        transaction.on_commit(lambda: _uncordon_after_cancel([c.pk for c in waiting]))
-    return rollout
-
-
-def _uncordon_after_cancel(change_ids: list[int]) -> None:
-    changes = list(NodeChange.objects.filter(pk__in=change_ids).select_related("node__cluster"))
-    for cluster, group in _by_cluster(changes).items():
-        errors = driver_for(cluster).set_cordon([c.node.name for c in group], False)
-        ok = [c.pk for c in group if c.node.name not in errors]
-        NodeChange.objects.filter(pk__in=ok).update(cordoned_by_tessera=False)
 
 
 # --- advancing -------------------------------------------------------------------------------------------------------
@@ -215,7 +75,7 @@ def _claim(changes: Sequence[NodeChange], old: str, new: str, **values) -> list[
             .filter(pk__in=[c.pk for c in changes], status=old)
             .values_list("pk", flat=True)
         )
-        if new in TERMINAL:
+        if new in TERMINAL_CHANGE_STATUSES:
             values.setdefault("finished_at", now)
         NodeChange.objects.filter(pk__in=ids).update(status=new, updated_at=now, **values)
         moved = [c for c in changes if c.pk in set(ids)]
@@ -321,7 +181,7 @@ def node_changes_step(change_ids: Sequence[int], *, now=None) -> StepResult:
                 # transient: leave them; the next step (or the stall check) tries again
     rows = NodeChange.objects.filter(pk__in=change_ids).values_list("pk", "status")
     result.active = [pk for pk, status in rows if status in IN_FLIGHT_STATUSES]
-    result.finished = sum(1 for _, status in rows if status in TERMINAL)
+    result.finished = sum(1 for _, status in rows if status in TERMINAL_CHANGE_STATUSES)
     # Touch what is still in flight: the lease that tells rollout_advance the task is alive.
     NodeChange.objects.filter(pk__in=result.active).update(updated_at=timezone.now())
     return result
@@ -544,36 +404,10 @@ def node_change_refused_busy(*, change_id: int, message: str, now=None) -> bool:
     return bool(_fail(driver_for(change.node.cluster), [change], message))
 
 
-# --- reading -------------------------------------------------------------------------------------------------------
-
-
-def rollout_progress(rollout: Rollout) -> dict:
-    """Counts per status and the share done, for progress bars (from `with_progress()` annotations, else a query)."""
-    if hasattr(rollout, f"n_{ChangeStatus.QUEUED}"):
-        counts = {s: getattr(rollout, f"n_{s}") for s in ChangeStatus.values if getattr(rollout, f"n_{s}")}
-    else:
-        counts = dict(rollout.changes.values_list("status").annotate(n=Count("pk")))
-    total = sum(counts.values())
-    finished = sum(counts.get(s, 0) for s in TERMINAL)
-    return {
-        "total": total,
-        "finished": finished,
-        "counts": counts,
-        "percent": round(100 * finished / total) if total else 100,
-    }
-
-
-def nodes_with_problem_for(config_ids_by_node: dict[int, str]) -> set[int]:
-    """Nodes whose latest change to exactly this config failed: the loop waits for a human instead of retrying."""
-    latest = {}
-    for node_id, status, config_id in (
-        NodeChange.objects.filter(node_id__in=list(config_ids_by_node))
-        .order_by("node_id", "-pk")
-        .values_list("node_id", "status", "to_config__config_id")
-    ):
-        latest.setdefault(node_id, (status, config_id))
-    return {
-        node_id
-        for node_id, (status, config_id) in latest.items()
-        if status in PROBLEM_STATUSES and config_id == config_ids_by_node[node_id]
-    }
+def node_changes_uncordon(change_ids: Sequence[int]) -> None:
+    """Uncordon the nodes of these changes that Tessera cordoned to drain them (a cancelled rollout's waiters)."""
+    changes = list(NodeChange.objects.filter(pk__in=change_ids).select_related("node__cluster"))
+    for cluster, group in _by_cluster(changes).items():
+        errors = driver_for(cluster).set_cordon([c.node.name for c in group], False)
+        ok = [c.pk for c in group if c.node.name not in errors]
+        NodeChange.objects.filter(pk__in=ok).update(cordoned_by_tessera=False)

@@ -3,16 +3,18 @@
 from celery import shared_task
 from django.conf import settings
 
-from fleet.models import NodePool
-from scheduling.selectors import pool_states
-from sharing.services import qos_compliance_record
+from fleet.models import Cluster, NodePool
+from scheduling.services import pool_compliance_check
 from worker import admission as admission_module
 from worker import reconcile as reconcile_module
 from worker import services
 from worker.choices import RolloutStatus
+from worker.inventory.cluster import cluster_health, scrape_metrics
+from worker.inventory.pods import sync_pods
 from worker.models import Rollout
 
 STEP_CHUNK = 50
+RECONCILE_TICK_SECONDS = 30  # beat's period for the tick (TESSERA_RECONCILE_SECONDS); it re-sends what expired
 
 
 @shared_task(soft_time_limit=50, time_limit=60, expires=60)
@@ -23,7 +25,7 @@ def reconcile_tick() -> dict:
     created = reconcile_module.reconcile()
     active = list(Rollout.objects.filter(status=RolloutStatus.RUNNING).values_list("pk", flat=True))
     for rollout_id in active:
-        rollout_advance.delay(rollout_id)
+        rollout_advance.apply_async((rollout_id,), expires=RECONCILE_TICK_SECONDS)
     admission = admission_module.clusters_out_of_date()
     for cluster_id in admission:
         admission_sync.apply_async((cluster_id,), expires=ADMISSION_TICK_SECONDS)
@@ -63,11 +65,7 @@ def qos_compliance_refresh() -> int:
 @shared_task(soft_time_limit=110, time_limit=120)
 def qos_compliance_check(pool_id: int) -> int:
     """Check one pool's pods against the QoS policy in force now (schedule window, baseline or pool default)."""
-    pool = NodePool.objects.filter(pk=pool_id).first()
-    if pool is None:
-        return 0
-    policy = pool_states([pool_id])[pool_id].qos_policy
-    return qos_compliance_record(pool=pool, policy=policy).violation_count
+    return pool_compliance_check(pool_id)
 
 
 # --- Kubernetes inventory (the watch itself runs in `manage.py watch_clusters`) -------------------------------------
@@ -76,14 +74,10 @@ INVENTORY_TICK_SECONDS = 30  # beat's period for both ticks below; a task older 
 
 
 def _kubernetes_cluster(cluster_id: int):
-    from fleet.models import Cluster
-
     return Cluster.objects.filter(pk=cluster_id, driver="kubernetes").first()
 
 
 def _fan_out(task, expires: float) -> int:
-    from fleet.models import Cluster
-
     ids = list(Cluster.objects.filter(driver="kubernetes").values_list("pk", flat=True))
     for cluster_id in ids:
         task.apply_async((cluster_id,), expires=expires)
@@ -99,12 +93,10 @@ def clusters_scrape_metrics() -> int:
 @shared_task(soft_time_limit=110, time_limit=120)
 def cluster_scrape_metrics(cluster_id: int) -> dict:
     """GPUs, MIG devices and utilisation of one cluster from dcgm-exporter."""
-    from worker import sync
-
     cluster = _kubernetes_cluster(cluster_id)
     if cluster is None:
         return {"gpus": 0}
-    result = sync.scrape_metrics(cluster)
+    result = scrape_metrics(cluster)
     return {"nodes": result.nodes, "gpus": result.gpus, "metrics": result.metrics_recorded}
 
 
@@ -117,19 +109,15 @@ def clusters_sync_pods() -> int:
 @shared_task(soft_time_limit=110, time_limit=120)
 def cluster_sync_pods(cluster_id: int) -> int:
     """The GPU-holding pods of one cluster, per node (busy checks, impact previews, QoS rules)."""
-    from worker import sync
-
     cluster = _kubernetes_cluster(cluster_id)
-    return sync.sync_pods(cluster) if cluster is not None else 0
+    return sync_pods(cluster) if cluster is not None else 0
 
 
 @shared_task(soft_time_limit=50, time_limit=60)
 def cluster_check_health(cluster_id: int) -> str:
     """The cluster health check, stored on the cluster; returns the problem ('' when healthy)."""
-    from worker import sync
-
     cluster = _kubernetes_cluster(cluster_id)
-    return (sync.cluster_health(cluster).problem or "") if cluster is not None else ""
+    return (cluster_health(cluster).problem or "") if cluster is not None else ""
 
 
 # --- admission policies (QoS policies enforced by the API server) ----------------------------------------------------
@@ -151,8 +139,6 @@ def clusters_sync_admission() -> int:
 def admission_sync(cluster_id: int) -> dict:
     """Create, replace or delete one cluster's ValidatingAdmissionPolicies so they match its pools' QoS policies; a
     pass already running there makes this one return at once (the tick and the sweep both enqueue)."""
-    from fleet.models import Cluster
-
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:
         return {}

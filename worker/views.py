@@ -15,7 +15,7 @@ from core.exceptions import ApplicationError
 from core.models import AuditEvent
 from core.roles import Role
 from core.views import role_required, wants_fragment
-from worker import services
+from worker import rollouts, selectors
 from worker.choices import ChangeStatus, RolloutStatus, RolloutTrigger
 from worker.filtersets import RolloutFilterSet
 from worker.models import NodeChange, Rollout
@@ -35,7 +35,7 @@ SEGMENTS = (
 
 def _progress(rollout: Rollout) -> dict:
     """rollout_progress plus the bar's segments and a legend entry per status present."""
-    progress = services.rollout_progress(rollout)
+    progress = selectors.rollout_progress(rollout)
     counts, total = progress["counts"], progress["total"]
     progress["segments"] = [
         {"key": key, "label": label, "count": n, "pct": round(100 * n / total, 2)}
@@ -129,18 +129,18 @@ def _steer(request, pk, service, done: str):
 @require_POST
 def rollout_pause(request, pk):
     """Start no new nodes; nodes already changing finish their step."""
-    return _steer(request, pk, services.rollout_pause, "paused")
+    return _steer(request, pk, rollouts.rollout_pause, "paused")
 
 
 @role_required(Role.OPERATOR)
 @require_POST
 def rollout_resume(request, pk):
     """Carry on with the next nodes."""
-    return _steer(request, pk, services.rollout_resume, "resumed")
+    return _steer(request, pk, rollouts.rollout_resume, "resumed")
 
 
 @role_required(Role.OPERATOR)
 @require_POST
 def rollout_cancel(request, pk):
     """Cancel queued and waiting nodes; nodes mid-apply finish and verify."""
-    return _steer(request, pk, services.rollout_cancel, "cancelled")
+    return _steer(request, pk, rollouts.rollout_cancel, "cancelled")

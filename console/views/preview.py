@@ -16,7 +16,7 @@ from sharing import selectors as sharing_selectors
 from sharing import services
 from sharing.forms import AssignForm, PinForm, PreviewScopeForm
 from sharing.models import PoolSharing, SharingProfile
-from worker.reconcile import pool_assign_and_roll_out
+from worker.rollouts import pool_assign_and_roll_out
 
 
 def _preview(request, profile, scope: PreviewScopeForm, *, assign_form=None, pin_form=None, status=200):

@@ -20,6 +20,7 @@ from tests.processes import finish, simulated_agent, wait_until, web_server
 from worker import reconcile
 from worker.choices import ChangeStatus
 from worker.models import NodeChange, Rollout
+from worker.selectors import reconcilable_nodes
 
 pytestmark = [
     pytest.mark.services,
@@ -94,7 +95,7 @@ def test_agent_registers_applies_a_rollout_goes_stale_and_is_revoked(tmp_path, s
             assert finish(proc, log) == 0
 
         wait_until(lambda: Node.objects.stale().filter(pk=node.pk).exists(), timeout=10, message="the node to go stale")
-        assert not reconcile.reconcilable_nodes().filter(pk=node.pk).exists()
+        assert not reconcilable_nodes().filter(pk=node.pk).exists()
 
         agent_services.node_agent_revoke(actor=actor, node=node)
         proc, log = simulated_agent(url, state_dir, tmp_path, seed=SEED, name="revoked")

@@ -7,9 +7,9 @@ run the agent pool. Schedules are evaluated on the test's side only, at instants
 
 Compliance takes the Kubernetes path, the only one by which Tessera observes pods: the emulated Kubernetes API
 server of `simulator` (in process, real HTTPS) runs a second cluster whose pool requires Guaranteed pods; its
-workload places a BestEffort and a Guaranteed pod, `worker.sync.sync_pods` reads them with the official client and
-the beat's compliance task checks them. The simulated API serves pods read-only, so the two pods are placed in its
-store as its scheduler would, not created through the client.
+workload places a BestEffort and a Guaranteed pod, `worker.inventory.pods.sync_pods` reads them with the official
+client and the beat's compliance task checks them. The simulated API serves pods read-only, so the two pods are
+placed in its store as its scheduler would, not created through the client.
 """
 
 import signal
@@ -31,8 +31,10 @@ from simulator.resources import PODS
 from simulator.workload import pod_object
 from tests.factories import ClusterFactory, NodePoolFactory, UserFactory
 from tests.processes import finish, simulated_agent, wait_until, web_server
-from worker import reconcile, sync
+from worker import reconcile
 from worker.choices import ChangeStatus
+from worker.inventory.cluster import sync_cluster_full
+from worker.inventory.pods import sync_pods
 from worker.models import NodeChange, Rollout
 from worker.tasks import qos_compliance_refresh
 
@@ -186,7 +188,7 @@ def test_day_night_schedule_switches_profile_and_qos_through_the_agent(tmp_path,
 def _kubernetes_pool_requiring_guaranteed(actor, sim, policy):
     """A Kubernetes cluster on the simulator, synced, with one pool of its nodes under `policy` (by default)."""
     k8s_cluster = ClusterFactory(name="sim", kubeconfig_path=sim.kubeconfig_path, metrics_url=f"{sim.url}/metrics")
-    sync.sync_cluster_full(k8s_cluster)
+    sync_cluster_full(k8s_cluster)
     serving = NodePoolFactory(cluster=k8s_cluster, name="serving")
     assert Node.objects.filter(cluster=k8s_cluster).update(pool=serving) == 2
     sharing_services.pool_set_qos_policy(actor=actor, pool=serving, policy=policy)
@@ -197,7 +199,7 @@ def _compliance_names_the_best_effort_pod(sim, serving, policy):
     first, second = sorted(sim.nodes)
     sim.store.create(PODS, _gpu_pod("svc-besteffort", first))
     sim.store.create(PODS, _gpu_pod("svc-guaranteed", second, {"cpu": "2", "memory": "8Gi"}))
-    assert sync.sync_pods(serving.cluster) == 2
+    assert sync_pods(serving.cluster) == 2
 
     qos_compliance_refresh()  # beat's tick: one check per pool, run in process (eager)
     report = QoSComplianceReport.objects.get(pool=serving)

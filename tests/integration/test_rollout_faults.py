@@ -17,20 +17,20 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 from kombu import Connection
-from kubernetes import client, config
+from kubernetes import client
 
 from config.celery import app
 from core.audit import Actor
 from core.models import AuditEvent
 from fleet.models import Node, NodePool
 from sharing import services as sharing_services
-from simulator import Simulator
-from tests.factories import ClusterFactory
 from tests.processes import celery_worker, wait_until
-from worker import reconcile, services, sync
+from worker import reconcile, services
 from worker.choices import IN_FLIGHT_STATUSES
 from worker.drivers import driver_for
+from worker.inventory.cluster import sync_cluster_full
 from worker.models import NodeChange, Rollout
+from worker.tasks import node_changes_step, rollout_advance
 
 pytestmark = [pytest.mark.services, pytest.mark.filterwarnings("ignore::celery.exceptions.AlwaysEagerIgnored")]
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -39,27 +39,14 @@ MERGE = "application/merge-patch+json"
 TRANSITIONS = ("change.waiting_for_idle", "change.applying", "change.verifying", "change.succeeded")
 
 
-@pytest.fixture
-def sim():
-    with Simulator(nodes=12, seed=7, apply_delay=0.0, workload_pods=0) as simulator:
-        yield simulator
-
-
-@pytest.fixture
-def core(sim):
-    with config.new_client_from_config(config_file=sim.kubeconfig_path) as api:
-        yield client.CoreV1Api(api)
-
-
-def _fleet(sim, core):
-    """A cluster adopted by Tessera and synced, a pool of the five H100 nodes, and a 7×1g.10gb profile on it."""
-    cluster = ClusterFactory(name="sim", kubeconfig_path=sim.kubeconfig_path, metrics_url=f"{sim.url}/metrics")
+def _fleet(sim, core, cluster):
+    """The cluster adopted by Tessera and synced, a pool of the five H100 nodes, and a 7×1g.10gb profile on it."""
     driver_for(cluster).adopt_operator_configs()
     for name in POOL_NODES:  # a plugin config selected by label: the rollback target has one to return to
         core.patch_node(name, {"metadata": {"labels": {"nvidia.com/device-plugin.config": "default"}}},
                         _content_type=MERGE)  # fmt: skip
     assert sim.settle()
-    sync.sync_cluster_full(cluster)
+    sync_cluster_full(cluster)
     pool = NodePool.objects.create(cluster=cluster, name="h100")
     Node.objects.filter(name__in=POOL_NODES).update(pool=pool)
     actor = Actor.system("test-admin")  # no user rows: transactional tests flush the role groups
@@ -71,8 +58,8 @@ def _fleet(sim, core):
 
 
 @pytest.fixture
-def fleet(db, sim, core):
-    return _fleet(sim, core)
+def fleet(db, sim, core, sim_cluster):
+    return _fleet(sim, core, sim_cluster)
 
 
 def start_rollout(**strategy) -> Rollout:
@@ -134,13 +121,13 @@ def test_profile_rolls_out_to_every_node(sim, core, fleet):
     for change in changes:
         assert_runs_its_change(core, change)
         assert transitions(change) == list(TRANSITIONS)
-    sync.sync_cluster_full(fleet[0])  # what the watcher records: the loop then sees every node in sync
+    sync_cluster_full(fleet[0])  # what the watcher records: the loop then sees every node in sync
     assert reconcile.reconcile() == []
 
 
 @pytest.mark.django_db
-def test_unmanaged_cluster_policy_fails_the_change_and_labels_nothing(sim, core, db):
-    cluster, _ = _fleet(sim, core)
+def test_unmanaged_cluster_policy_fails_the_change_and_labels_nothing(sim, core, sim_cluster, db):
+    cluster, _ = _fleet(sim, core, sim_cluster)
     client.CustomObjectsApi(core.api_client).patch_cluster_custom_object(
         "nvidia.com", "v1", "clusterpolicies", "cluster-policy",
         {"spec": {"migManager": {"config": {"name": ""}}}}, _content_type=MERGE,
@@ -296,8 +283,6 @@ def _kill_tree(pid: int) -> None:
 def _tick(rollout_id: int) -> None:
     """The reconcile tick 30 s later, as beat would fire it: stalled changes (their poll task died with the
     worker) are re-stepped. The clock is moved instead of waited for."""
-    from worker.tasks import node_changes_step, rollout_advance
-
     ids = services.rollout_advance(rollout_id, now=timezone.now() + timedelta(seconds=services.STEP_STALL_SECONDS + 1))
     if ids:
         node_changes_step.delay(ids, rollout_id)
@@ -309,10 +294,10 @@ def _settled(rollout_id: int) -> bool:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_worker_killed_mid_rollout_resumes_without_duplicate_or_lost_steps(sim, core, broker):
+def test_worker_killed_mid_rollout_resumes_without_duplicate_or_lost_steps(sim, core, sim_cluster, broker):
     var_dir, _ = broker
     sim.faults.update({"apply_delay": 1.0})
-    _fleet(sim, core)
+    _fleet(sim, core, sim_cluster)
     with celery_worker(var_dir, "filesystem://", log_path=var_dir / "worker-1.log") as first:
         rollout = start_rollout(canary_count=1, batch_size=2)  # commits: on_commit publishes rollout_advance
         wait_until(lambda: rollout.changes.filter(status="succeeded").exists(), timeout=40, message="a first node")
@@ -340,9 +325,9 @@ def test_worker_killed_mid_rollout_resumes_without_duplicate_or_lost_steps(sim, 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_broker_down_then_up_loses_no_change(sim, core, broker):
+def test_broker_down_then_up_loses_no_change(sim, core, sim_cluster, broker):
     var_dir, queue_dir = broker
-    _fleet(sim, core)
+    _fleet(sim, core, sim_cluster)
     hidden = queue_dir.with_name("queue-unreachable")
     queue_dir.rename(hidden)  # the broker is down: nothing can be published or consumed
     with pytest.raises(Exception):  # noqa: B017 - whatever kombu raises for an unreachable broker

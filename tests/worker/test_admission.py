@@ -17,7 +17,6 @@ from fleet.models import NodePool
 from scheduling import services as scheduling_services
 from sharing import services as sharing_services
 from sharing.models import QoSPolicy
-from simulator import Simulator
 from tests.factories import ClusterFactory, NodePoolFactory
 from worker import admission, tasks
 from worker.drivers.kubernetes.admission import CUT_SHORT, MANIFEST_HASH, AdmissionPolicies, contains
@@ -34,9 +33,8 @@ NOT_SERVED = ["validatingadmissionpolicies.admissionregistration.k8s.io"]
 
 
 @pytest.fixture
-def sim():
-    with Simulator(nodes=2, seed=7, apply_delay=0.0, workload_pods=0) as simulator:
-        yield simulator
+def sim_options():
+    return {"nodes": 2}
 
 
 @pytest.fixture

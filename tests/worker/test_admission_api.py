@@ -14,7 +14,6 @@ from core.audit import Actor
 from core.models import AuditEvent
 from fleet.models import Cluster
 from sharing import services as sharing_services
-from simulator import Simulator
 from tests.factories import ClusterFactory, NodePoolFactory
 from worker import admission
 from worker.models import AdmissionPolicyState
@@ -26,9 +25,8 @@ URL = "/api/v1/admission-policies/"
 
 
 @pytest.fixture
-def sim():
-    with Simulator(nodes=2, seed=7, apply_delay=0.0, workload_pods=0) as simulator:
-        yield simulator
+def sim_options():
+    return {"nodes": 2}
 
 
 @pytest.fixture

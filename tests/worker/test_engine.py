@@ -15,9 +15,10 @@ from fleet.models import Node
 from fleet.observations import GpuObservation, NodeObservation
 from sharing import services as sharing_services
 from tests.factories import ClusterFactory, NodePoolFactory
-from worker import reconcile, services
+from worker import reconcile, rollouts, services
 from worker.choices import ChangeStatus, RolloutStatus
 from worker.models import NodeChange, Rollout
+from worker.selectors import PlannedChange
 
 pytestmark = pytest.mark.django_db
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -210,13 +211,13 @@ def test_pause_resume_cancel(fleet, admin_user):
     actor = Actor.for_user(admin_user)
     (rollout_id,) = reconcile.reconcile()
     rollout = Rollout.objects.get(pk=rollout_id)
-    services.rollout_pause(actor=actor, rollout=rollout)
+    rollouts.rollout_pause(actor=actor, rollout=rollout)
     assert services.rollout_advance(rollout_id) == []
     with pytest.raises(ApplicationError):
-        services.rollout_pause(actor=actor, rollout=rollout)
-    services.rollout_resume(actor=actor, rollout=rollout)
+        rollouts.rollout_pause(actor=actor, rollout=rollout)
+    rollouts.rollout_resume(actor=actor, rollout=rollout)
     assert len(services.rollout_advance(rollout_id)) == 1
-    services.rollout_cancel(actor=actor, rollout=rollout)
+    rollouts.rollout_cancel(actor=actor, rollout=rollout)
     assert set(rollout.changes.values_list("status", flat=True)) == {"cancelled"}
     assert Rollout.objects.get(pk=rollout_id).status == RolloutStatus.CANCELLED
     actions = list(AuditEvent.objects.filter(object_type="rollout").values_list("action", flat=True).order_by("pk"))
@@ -227,11 +228,11 @@ def test_one_active_change_per_node_is_a_database_rule(fleet):
     (rollout_id,) = reconcile.reconcile()
     change = NodeChange.objects.filter(rollout_id=rollout_id).select_related("node").first()
     with pytest.raises(ApplicationError):
-        services.rollout_create(
+        rollouts.rollout_create(
             actor=Actor.system(),
             trigger="user",
             title="again",
-            changes=[services.PlannedChange(change.node, change.to_config)],
+            changes=[PlannedChange(change.node, change.to_config)],
         )
 
 

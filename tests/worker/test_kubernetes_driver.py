@@ -4,11 +4,10 @@ eviction with PodDisruptionBudget refusals, the wedged-pending restart, and retr
 
 import pytest
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 
 from fleet.models import Cluster
 from sharing.render import DevicePluginSpec, MigDeviceSpec, render_device_plugin_config, render_mig_parted_config
-from simulator import Simulator
 from simulator.resources import PODS
 from tests.factories import ClusterFactory
 from worker.drivers import driver_for
@@ -38,25 +37,13 @@ PLUGIN_MIXED_TEXT = render_device_plugin_config(DevicePluginSpec(mig_strategy="m
 
 
 @pytest.fixture
-def sim():
-    with Simulator(nodes=12, seed=7, apply_delay=0.0, workload_pods=6) as simulator:
-        yield simulator
+def sim_options():
+    return {"workload_pods": 6}
 
 
 @pytest.fixture
-def core(sim):
-    with config.new_client_from_config(config_file=sim.kubeconfig_path) as api:
-        yield client.CoreV1Api(api)
-
-
-@pytest.fixture
-def cluster(sim):
-    return ClusterFactory(name="sim", kubeconfig_path=sim.kubeconfig_path, metrics_url=f"{sim.url}/metrics")
-
-
-@pytest.fixture
-def driver(cluster):
-    return driver_for(cluster)
+def driver(sim_cluster):
+    return driver_for(sim_cluster)
 
 
 @pytest.fixture
@@ -93,7 +80,9 @@ def test_fixture_fleet_is_as_expected(sim):
     assert sim.find_nodes(mig_capable=True, idle=True)[:2] == [H100_IDLE, "gpu-node-0004"]
 
 
-def test_ensure_configs_refuses_a_cluster_policy_on_generated_configs_and_writes_nothing(sim, core, cluster, driver):
+def test_ensure_configs_refuses_a_cluster_policy_on_generated_configs_and_writes_nothing(
+    sim, core, sim_cluster, driver
+):
     before = {cm.metadata.name for cm in core.list_namespaced_config_map("gpu-operator").items}
     with pytest.raises(DriverError) as caught:
         driver.ensure_configs(mig_configs={MIG_7: mig_text(MIG_7)}, device_plugin_configs={})
@@ -103,10 +92,10 @@ def test_ensure_configs_refuses_a_cluster_policy_on_generated_configs_and_writes
         "spec.migManager.config.name to a ConfigMap Tessera manages, e.g. tessera-mig-parted-config"
     )
     assert {cm.metadata.name for cm in core.list_namespaced_config_map("gpu-operator").items} == before
-    cluster.refresh_from_db()
-    assert cluster.connection_state == "error"
-    assert "generated MIG configs" in cluster.last_error
-    assert cluster.last_contact_at is not None  # the API answered: a configuration problem, not an outage
+    sim_cluster.refresh_from_db()
+    assert sim_cluster.connection_state == "error"
+    assert "generated MIG configs" in sim_cluster.last_error
+    assert sim_cluster.last_contact_at is not None  # the API answered: a configuration problem, not an outage
 
 
 def test_ensure_configs_refuses_a_plugin_configmap_tessera_does_not_manage(driver):
@@ -311,10 +300,10 @@ def test_credentials_never_appear_in_errors(db, tmp_path):
     assert text.startswith(f"cannot load the kubeconfig credentials of cluster {cluster.name}")
 
 
-def test_unreachable_api_is_a_transient_error_without_the_address_of_the_credentials(sim, cluster, driver):
+def test_unreachable_api_is_a_transient_error_without_the_address_of_the_credentials(sim, sim_cluster, driver):
     sim.stop()
     with pytest.raises(DriverError) as caught:
         driver.ensure_configs(mig_configs={MIG_7: mig_text(MIG_7)}, device_plugin_configs={})
     assert caught.value.transient
     assert sim.kubeconfig_path not in str(caught.value)
-    assert Cluster.objects.get(pk=cluster.pk).connection_state == "error"
+    assert Cluster.objects.get(pk=sim_cluster.pk).connection_state == "error"

@@ -6,7 +6,7 @@ from core.api.fields import RefField
 from fleet.models import Node, NodePool
 from sharing.choices import BusyPolicy
 from worker.models import AdmissionPolicyState, NodeChange, Rollout
-from worker.services import rollout_progress
+from worker.selectors import rollout_progress
 
 
 class NodeChangeSerializer(serializers.ModelSerializer):

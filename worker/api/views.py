@@ -9,7 +9,7 @@ from rest_framework.response import Response
 from core.audit import Actor
 from core.roles import Role
 from fleet.models import Node
-from worker import reconcile, services
+from worker import rollouts
 from worker.admission import admission_state_forget, admission_states
 from worker.api import serializers
 from worker.filtersets import NodeChangeFilterSet, RolloutFilterSet
@@ -43,9 +43,9 @@ class RolloutViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         data = dict(body.validated_data)
         pool, nodes = data.pop("pool", None), data.pop("nodes", None)
         scope = pool.nodes.all() if pool else Node.objects.filter(pk__in=[n.pk for n in nodes])
-        ids = reconcile.rollout_start(actor=Actor.from_request(request), nodes=scope, **data)
-        rollouts = Rollout.objects.filter(pk__in=ids).select_related("pool", "profile").with_progress()
-        output = serializers.RolloutSerializer(rollouts, many=True, context=self.get_serializer_context())
+        ids = rollouts.rollout_start(actor=Actor.from_request(request), nodes=scope, **data)
+        started = Rollout.objects.filter(pk__in=ids).select_related("pool", "profile").with_progress()
+        output = serializers.RolloutSerializer(started, many=True, context=self.get_serializer_context())
         return Response(output.data, status=status.HTTP_201_CREATED)
 
     def _steer(self, request, service):
@@ -56,18 +56,18 @@ class RolloutViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def pause(self, request, pk=None):
         """Start no new nodes; those changing finish."""
-        return self._steer(request, services.rollout_pause)
+        return self._steer(request, rollouts.rollout_pause)
 
     @extend_schema(request=None, responses=serializers.RolloutSerializer)
     @action(detail=True, methods=["post"])
     def resume(self, request, pk=None):
-        return self._steer(request, services.rollout_resume)
+        return self._steer(request, rollouts.rollout_resume)
 
     @extend_schema(request=None, responses=serializers.RolloutSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         """Cancel nodes not yet applying; nodes mid-apply finish and are verified."""
-        return self._steer(request, services.rollout_cancel)
+        return self._steer(request, rollouts.rollout_cancel)
 
 
 class NodeChangeViewSet(viewsets.ReadOnlyModelViewSet):

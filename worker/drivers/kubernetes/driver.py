@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from fleet.services import cluster_record_contact
 from worker.drivers.base import BusyPod, DriverError, NodeState, NodeTarget
 from worker.drivers.kubernetes.api import (
     MERGE_PATCH,
@@ -59,8 +60,6 @@ class KubernetesDriver:
 
     def ensure_configs(self, *, mig_configs: Mapping[str, str], device_plugin_configs: Mapping[str, str]) -> None:
         """Write missing content-addressed configs into Tessera's ConfigMaps and confirm them before returning."""
-        from fleet.services import cluster_record_contact  # the driver is loaded from fleet-free contexts too
-
         try:
             self.operator.ensure(mig_configs=dict(mig_configs), plugin_configs=dict(device_plugin_configs))
         except DriverError as exc:

@@ -1,8 +1,8 @@
 """`manage.py watch_clusters`: one long-lived process keeping every Kubernetes cluster's nodes current.
 
-One watcher thread per cluster (worker.sync.ClusterWatcher: list, then watch from the list's resourceVersion).
-The cluster list is re-read every `--rescan` seconds: new clusters get a watcher, removed ones lose theirs, a
-cluster whose settings changed gets a fresh one. SIGTERM or SIGINT stops every watcher and exits 0.
+One watcher thread per cluster (worker.inventory.watch.ClusterWatcher: list, then watch from the list's
+resourceVersion). The cluster list is re-read every `--rescan` seconds: new clusters get a watcher, removed ones
+lose theirs, a cluster whose settings changed gets a fresh one. SIGTERM or SIGINT stops every watcher and exits 0.
 
 Never two watchers for one cluster, across processes and hosts: each watcher first takes the cluster's lock
 (worker.locks.ClusterLock, namespace WATCH) that its holder keeps for its lifetime and that dies with it.
@@ -20,6 +20,7 @@ from django.db import close_old_connections
 
 from fleet.choices import ClusterDriver
 from fleet.models import Cluster
+from worker.inventory.watch import ClusterWatcher
 from worker.locks import WATCH, ClusterLock
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,6 @@ class Supervisor:
                 self._start(cluster)
 
     def _start(self, cluster: Cluster) -> None:
-        from worker.sync import ClusterWatcher
-
         lock = ClusterLock(cluster.pk, WATCH)
         if not lock.acquire():
             log.info("cluster %s is watched by another process; leaving it", cluster.name)

@@ -6,17 +6,17 @@ import threading
 import time
 
 import pytest
-from kubernetes import client, config
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleet.models import Cluster, Gpu, MigDevice, Node, Pod
 from sharing.qos import qos_class
-from simulator import Simulator
 from simulator.resources import NODES, PODS
-from tests.factories import ClusterFactory
 from tests.processes import wait_until
-from worker import sync
 from worker.drivers import driver_for
+from worker.inventory.cluster import cluster_health, scrape_metrics, sync_cluster_full
+from worker.inventory.dcgm import _WANTED_METRICS, fetch_metrics, mig_devices, parse_dcgm
+from worker.inventory.pods import pod_observation, sync_pods
+from worker.inventory.watch import ClusterWatcher
 from worker.locks import ClusterLock
 from worker.management.commands.watch_clusters import Supervisor
 
@@ -31,27 +31,15 @@ MERGE = "application/merge-patch+json"
 
 
 @pytest.fixture
-def sim():
-    with Simulator(nodes=12, seed=7, apply_delay=0.0, workload_pods=6, watch_history=200) as simulator:
-        yield simulator
+def sim_options():
+    return {"workload_pods": 6, "watch_history": 200}
 
 
 @pytest.fixture
-def core(sim):
-    with config.new_client_from_config(config_file=sim.kubeconfig_path) as api:
-        yield client.CoreV1Api(api)
-
-
-@pytest.fixture
-def cluster(db, sim):
-    return ClusterFactory(name="sim", kubeconfig_path=sim.kubeconfig_path, metrics_url=f"{sim.url}/metrics")
-
-
-@pytest.fixture
-def adopted(sim, cluster):
-    driver_for(cluster).adopt_operator_configs()
+def adopted(sim, sim_cluster):
+    driver_for(sim_cluster).adopt_operator_configs()
     assert sim.settle()
-    return cluster
+    return sim_cluster
 
 
 def label(core, node, key, value):
@@ -62,10 +50,10 @@ def label(core, node, key, value):
 
 
 @pytest.mark.django_db
-def test_full_sync_maps_nodes_from_their_labels(sim, cluster):
-    result = sync.sync_cluster_full(cluster)
+def test_full_sync_maps_nodes_from_their_labels(sim, sim_cluster):
+    result = sync_cluster_full(sim_cluster)
     assert result.nodes == 12 and result.resource_version.isdigit()
-    nodes = {n.name: n for n in Node.objects.filter(cluster=cluster)}
+    nodes = {n.name: n for n in Node.objects.filter(cluster=sim_cluster)}
     assert len(nodes) == 12
     balanced = nodes[H100_BALANCED]
     sim_node = sim.nodes[H100_BALANCED]
@@ -91,13 +79,13 @@ def test_full_sync_maps_nodes_from_their_labels(sim, cluster):
         "success",
         "",
     )
-    cluster.refresh_from_db()
-    assert cluster.connection_state == "ok" and cluster.last_contact_at is not None
+    sim_cluster.refresh_from_db()
+    assert sim_cluster.connection_state == "ok" and sim_cluster.last_contact_at is not None
 
 
 @pytest.mark.django_db
-def test_full_sync_takes_gpus_and_mig_devices_from_dcgm_exporter(sim, cluster):
-    sync.sync_cluster_full(cluster)
+def test_full_sync_takes_gpus_and_mig_devices_from_dcgm_exporter(sim, sim_cluster):
+    sync_cluster_full(sim_cluster)
     assert Gpu.objects.count() == sum(len(n.gpus) for n in sim.nodes.values())
     for sim_gpu in sim.nodes[H100_BALANCED].gpus:
         gpu = Gpu.objects.get(uuid=sim_gpu.uuid)
@@ -128,28 +116,28 @@ def test_mig_placements_fall_back_to_the_catalog_when_instance_ids_do_not_fit():
     from sharing.mig import get_product
 
     h100 = get_product("NVIDIA-H100-80GB-HBM3")
-    by_id = sync.mig_devices(h100, [("3g.40gb", 2, ""), ("1g.10gb", 7, "a/b"), ("2g.20gb", 4, "")])
+    by_id = mig_devices(h100, [("3g.40gb", 2, ""), ("1g.10gb", 7, "a/b"), ("2g.20gb", 4, "")])
     assert [(d.profile, d.start, d.size) for d in by_id] == [("1g.10gb", 0, 1), ("2g.20gb", 2, 2), ("3g.40gb", 4, 4)]
-    unknown_ids = sync.mig_devices(h100, [("3g.40gb", 42, ""), ("1g.10gb", 42, ""), ("1g.10gb", 43, "")])
+    unknown_ids = mig_devices(h100, [("3g.40gb", 42, ""), ("1g.10gb", 42, ""), ("1g.10gb", 43, "")])
     assert [(d.profile, d.start) for d in unknown_ids] == [("3g.40gb", 0), ("1g.10gb", 4), ("1g.10gb", 5)]
-    assert sync.mig_devices(h100, [("9g.99gb", 1, "")]) == ()
+    assert mig_devices(h100, [("9g.99gb", 1, "")]) == ()
 
 
 @pytest.mark.django_db
-def test_second_sync_changes_nothing(sim, cluster):
-    sync.sync_cluster_full(cluster)
-    sync.sync_pods(cluster)
-    again = sync.sync_cluster_full(cluster)
+def test_second_sync_changes_nothing(sim, sim_cluster):
+    sync_cluster_full(sim_cluster)
+    sync_pods(sim_cluster)
+    again = sync_cluster_full(sim_cluster)
     assert not again.changed.changed, again.changed
-    assert sync.sync_pods(cluster) == 0
-    scraped = sync.scrape_metrics(cluster)
+    assert sync_pods(sim_cluster) == 0
+    scraped = scrape_metrics(sim_cluster)
     assert not scraped.changed.changed and scraped.metrics_recorded == Gpu.objects.count()
 
 
 @pytest.mark.django_db
-def test_pods_holding_gpus_are_recorded_per_node(sim, cluster):
-    sync.sync_cluster_full(cluster, gpus=False)
-    assert sync.sync_pods(cluster) == 6
+def test_pods_holding_gpus_are_recorded_per_node(sim, sim_cluster):
+    sync_cluster_full(sim_cluster, gpus=False)
+    assert sync_pods(sim_cluster) == 6
     assert Pod.objects.count() == 6
     pod = Pod.objects.get(node__name="gpu-node-0001")
     assert (pod.namespace, pod.name, pod.phase) == ("ml-training", "train-bk4tn4-g5f5p", "Running")
@@ -161,7 +149,7 @@ def test_pods_holding_gpus_are_recorded_per_node(sim, cluster):
     assert {p.name: qos_class(p.spec) for p in Pod.objects.all()} == {p.name: p.qos_class for p in Pod.objects.all()}
     removed = sim.remove_workload(6)
     assert len(removed) == 6
-    sync.sync_pods(cluster)
+    sync_pods(sim_cluster)
     assert Pod.objects.count() == 0
 
 
@@ -176,7 +164,7 @@ def test_the_stored_spec_keeps_pod_level_resources():
         },
         "status": {"qosClass": "Guaranteed"},
     }
-    observed = sync.pod_observation(pod)
+    observed = pod_observation(pod)
     assert observed.spec == {
         "resources": {"requests": limits, "limits": limits},
         "containers": [{"name": "main", "resources": {"requests": {}, "limits": {"nvidia.com/gpu": "1"}}}],
@@ -184,15 +172,15 @@ def test_the_stored_spec_keeps_pod_level_resources():
     }
     assert qos_class(observed.spec) == observed.qos_class == "Guaranteed"
     del pod["spec"]["resources"]
-    assert "resources" not in sync.pod_observation(pod).spec
+    assert "resources" not in pod_observation(pod).spec
 
 
 @pytest.mark.django_db
-def test_a_node_deleted_from_the_cluster_is_marked_gone_by_the_complete_sync(sim, cluster):
-    sync.sync_cluster_full(cluster)
+def test_a_node_deleted_from_the_cluster_is_marked_gone_by_the_complete_sync(sim, sim_cluster):
+    sync_cluster_full(sim_cluster)
     # The simulated API serves no DELETE on nodes; the cluster losing a node is done on its store.
     sim.store.delete(NODES, "", T4)
-    result = sync.sync_cluster_full(cluster)
+    result = sync_cluster_full(sim_cluster)
     assert result.changed.nodes_gone == 1
     gone = Node.objects.get(name=T4)
     assert gone.gone_at is not None
@@ -200,11 +188,11 @@ def test_a_node_deleted_from_the_cluster_is_marked_gone_by_the_complete_sync(sim
 
 
 @pytest.mark.django_db
-def test_scrape_records_utilisation_and_health(sim, cluster):
-    sync.sync_cluster_full(cluster, gpus=False)
+def test_scrape_records_utilisation_and_health(sim, sim_cluster):
+    sync_cluster_full(sim_cluster, gpus=False)
     assert Gpu.objects.count() == 0  # GPUs only exist once the exporter has been read
     sim.faults.update({"xid": {H100_IDLE: {"3": 79}}})
-    result = sync.scrape_metrics(cluster)
+    result = scrape_metrics(sim_cluster)
     assert result.gpus == Gpu.objects.count() > 0
     sick = Gpu.objects.get(node__name=H100_IDLE, index=3)
     assert (sick.last_xid, sick.health) == (79, "unhealthy")
@@ -213,12 +201,12 @@ def test_scrape_records_utilisation_and_health(sim, cluster):
 
 def test_lean_parser_reads_what_prometheus_client_reads(sim):
     text = sim.metrics_text(H100_BALANCED) + sim.metrics_text(H100_MIG_BUSY)
-    lean = sync.parse_dcgm(text.splitlines())
+    lean = parse_dcgm(text.splitlines())
     reference = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name = sample.name.removesuffix("_total")  # prometheus_client appends _total to counter samples
-            if "GPU_I_PROFILE" not in sample.labels and name in sync._WANTED_METRICS:
+            if "GPU_I_PROFILE" not in sample.labels and name in _WANTED_METRICS:
                 key = (sample.labels["Hostname"], int(sample.labels["gpu"]))
                 reference.setdefault(key, {})[name] = sample.value
     ours = {(host, index): g.values for host, gpus in lean.items() for index, g in gpus.items()}
@@ -227,15 +215,15 @@ def test_lean_parser_reads_what_prometheus_client_reads(sim):
 
 
 @pytest.mark.django_db
-def test_metrics_through_the_node_proxy_when_no_metrics_url(sim, cluster):
+def test_metrics_through_the_node_proxy_when_no_metrics_url(sim, sim_cluster):
     # The client sends /api/v1/nodes/gpu-node-0010%3A9400/proxy/metrics (':' percent-encoded), as kube-apiserver
     # accepts it (the simulator decodes path segments since its fix for this).
-    Cluster.objects.filter(pk=cluster.pk).update(metrics_url="")
-    cluster.refresh_from_db()
-    scraped = sync.fetch_metrics(cluster, [H100_BALANCED, T4, "gpu-node-9999"])
+    Cluster.objects.filter(pk=sim_cluster.pk).update(metrics_url="")
+    sim_cluster.refresh_from_db()
+    scraped = fetch_metrics(sim_cluster, [H100_BALANCED, T4, "gpu-node-9999"])
     assert len(scraped[H100_BALANCED]) == 8 and len(scraped[T4]) == 4
     assert "gpu-node-9999" not in scraped  # a node the proxy cannot reach is left out, not fatal
-    result = sync.sync_cluster_full(cluster)
+    result = sync_cluster_full(sim_cluster)
     assert result.gpus == Gpu.objects.count() == sum(len(n.gpus) for n in sim.nodes.values())
 
 
@@ -243,27 +231,29 @@ def test_metrics_through_the_node_proxy_when_no_metrics_url(sim, cluster):
 
 
 @pytest.mark.django_db
-def test_health_says_plainly_when_the_cluster_policy_is_not_tesseras(sim, cluster):
-    report = sync.cluster_health(cluster)
+def test_health_says_plainly_when_the_cluster_policy_is_not_tesseras(sim, sim_cluster):
+    report = cluster_health(sim_cluster)
     assert [name for name, ok, _ in report.checks if not ok] == ["mig_configmap", "device_plugin_configmap"]
-    cluster.refresh_from_db()
-    assert cluster.connection_state == "error"
-    assert cluster.last_error.startswith("ClusterPolicy cluster-policy uses the GPU Operator's generated MIG configs")
-    assert "GPU Operator >= v26.3" in cluster.last_error
-    driver_for(cluster).adopt_operator_configs()
-    assert sync.cluster_health(cluster).ok
-    cluster.refresh_from_db()
-    assert (cluster.connection_state, cluster.last_error) == ("ok", "")
+    sim_cluster.refresh_from_db()
+    assert sim_cluster.connection_state == "error"
+    assert sim_cluster.last_error.startswith(
+        "ClusterPolicy cluster-policy uses the GPU Operator's generated MIG configs"
+    )
+    assert "GPU Operator >= v26.3" in sim_cluster.last_error
+    driver_for(sim_cluster).adopt_operator_configs()
+    assert cluster_health(sim_cluster).ok
+    sim_cluster.refresh_from_db()
+    assert (sim_cluster.connection_state, sim_cluster.last_error) == ("ok", "")
 
 
 @pytest.mark.django_db
-def test_health_of_an_unreachable_cluster(sim, cluster):
-    driver_for(cluster)  # the client is built (and cached) while the kubeconfig still exists
+def test_health_of_an_unreachable_cluster(sim, sim_cluster):
+    driver_for(sim_cluster)  # the client is built (and cached) while the kubeconfig still exists
     sim.stop()
-    report = sync.cluster_health(cluster)
+    report = cluster_health(sim_cluster)
     assert not report.reachable and report.problem.startswith("Kubernetes API of cluster sim: API server unreachable")
-    cluster.refresh_from_db()
-    assert cluster.connection_state == "error" and cluster.last_contact_at is None and cluster.last_error_at
+    sim_cluster.refresh_from_db()
+    assert sim_cluster.connection_state == "error" and sim_cluster.last_contact_at is None and sim_cluster.last_error_at
 
 
 # --- watch ---------------------------------------------------------------------------------------------------------
@@ -273,7 +263,7 @@ class Running:
     """A ClusterWatcher on a thread, stopped at the end of the test."""
 
     def __init__(self, cluster, **options):
-        self.watcher = sync.ClusterWatcher(cluster, **{"batch_seconds": 0.2, "watch_seconds": 30, **options})
+        self.watcher = ClusterWatcher(cluster, **{"batch_seconds": 0.2, "watch_seconds": 30, **options})
         self.thread = threading.Thread(target=self.watcher.run, daemon=True)
 
     def __enter__(self):
@@ -321,8 +311,8 @@ def test_watch_resumes_from_its_resource_version_after_a_dropped_stream(sim, cor
 
 @pytest.mark.django_db(transaction=True)
 def test_watch_relists_after_410_gone(sim, core, adopted):
-    sync.sync_cluster_full(adopted, gpus=False)
-    watcher = sync.ClusterWatcher(adopted, batch_seconds=0.2, watch_seconds=30, gpus_on_start=False)
+    sync_cluster_full(adopted, gpus=False)
+    watcher = ClusterWatcher(adopted, batch_seconds=0.2, watch_seconds=30, gpus_on_start=False)
     watcher.version = str(sim.store.resource_version)  # as if resuming after a long outage from this version
     label(core, H100_IDLE, "tessera.io/pool", "training")
     sim.add_workload(150)

@@ -1,0 +1,98 @@
+"""Whole-cluster passes: the full listing (nodes, then GPUs), the periodic metrics scrape and the health check."""
+
+import logging
+from dataclasses import dataclass, field
+
+from django.db import transaction
+from kubernetes import client
+
+from fleet.models import Node
+from fleet.observations import NodeObservation
+from fleet.services import NODE_FIELDS, cluster_record_contact, gpu_metrics_record, inventory_record
+from worker.drivers.base import DriverError
+from worker.drivers.kubernetes import api as k8s
+from worker.drivers.kubernetes.labels import node_labels, node_ready
+from worker.drivers.kubernetes.operator import HealthReport, Operator
+from worker.inventory.dcgm import fetch_metrics, gpu_metrics, gpu_observations
+from worker.inventory.nodes import list_gpu_nodes, node_observation, warnings_by_node
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SyncResult:
+    """What a sync saw and changed."""
+
+    resource_version: str = ""
+    nodes: int = 0
+    gpus: int = 0
+    changed: object = None
+    metrics_recorded: int = 0
+    warnings: dict = field(default_factory=dict)
+
+
+def sync_cluster_full(cluster, *, gpus: bool = True, metrics: bool = True, record_contact: bool = True) -> SyncResult:
+    """List every GPU node and record them all (nodes not listed are marked gone). With `gpus`, dcgm-exporter is
+    scraped for the GPUs and MIG devices; with `metrics` too, their utilisation and health are recorded."""
+    core = client.CoreV1Api(k8s.api_client(cluster))
+    nodes, version = list_gpu_nodes(core)
+    warnings = warnings_by_node(core, cluster.operator_namespace)
+    scraped = {}
+    if gpus:
+        try:
+            scraped = fetch_metrics(cluster, [n["metadata"]["name"] for n in nodes if node_ready(n)])
+        except Exception as exc:  # nodes still sync; GPUs wait for the next scrape
+            log.warning("metrics scrape of %s failed: %s", cluster.name, k8s.error_text(exc))
+    observations = []
+    for node in nodes:
+        name = node["metadata"]["name"]
+        samples = scraped.get(name)
+        found = gpu_observations(node_labels(node).get("nvidia.com/gpu.product", ""), samples) if samples else None
+        observations.append(node_observation(node, gpus=found, warning=warnings.get(name, "")))
+    changed = inventory_record(cluster=cluster, nodes=observations, complete=True)
+    recorded = gpu_metrics_record(samples=gpu_metrics(scraped)) if scraped and metrics else 0
+    if record_contact:
+        cluster_record_contact(cluster)
+    return SyncResult(version, len(nodes), sum(len(g) for g in scraped.values()), changed, recorded, warnings)
+
+
+def scrape_metrics(cluster) -> SyncResult:
+    """GPUs, MIG devices and their latest metrics from dcgm-exporter, for the cluster's live nodes as stored.
+
+    Node fields are re-read under a row lock in the same transaction as the recording, so a watch event landing
+    meanwhile is never overwritten by an older copy."""
+    live = list(Node.objects.live().filter(cluster=cluster, ready=True).values_list("name", flat=True))
+    scraped = fetch_metrics(cluster, live) if (live or cluster.metrics_url) else {}
+    live_names = set(live)
+    names = [name for name in scraped if name in live_names]
+    with transaction.atomic():
+        rows = []
+        for i in range(0, len(names), 900):
+            rows += Node.objects.select_for_update().filter(cluster=cluster, name__in=names[i : i + 900])
+        observations = [
+            NodeObservation(
+                name=row.name,
+                **{f: getattr(row, f) for f in NODE_FIELDS},
+                gpus=gpu_observations(row.labels.get("nvidia.com/gpu.product", ""), scraped[row.name]),
+            )
+            for row in rows
+        ]
+        changed = inventory_record(cluster=cluster, nodes=observations)
+    recorded = gpu_metrics_record(samples=gpu_metrics(scraped))
+    return SyncResult("", len(rows), sum(len(g) for g in scraped.values()), changed, recorded)
+
+
+def cluster_health(cluster, *, record: bool = True) -> HealthReport:
+    """API reachable, ClusterPolicy found, MIG and device-plugin ConfigMaps managed by Tessera; the first problem
+    is stored on the cluster (connection state error + last_error) so the UI says it plainly."""
+    try:
+        report = Operator(k8s.api_client(cluster), cluster.operator_namespace, cluster.name).health()
+    except DriverError as exc:
+        report = HealthReport()
+        report.add("credentials", False, str(exc))
+    except Exception as exc:
+        report = HealthReport()
+        report.add("api_reachable", False, f"{cluster.name}: {k8s.error_text(exc)}")
+    if record:
+        cluster_record_contact(cluster, report.problem, reached=report.reachable)
+    return report

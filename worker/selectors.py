@@ -1,0 +1,108 @@
+"""Reads of the worker: which nodes drifted and what changing them takes (the plan), and rollout progress.
+
+The plan is shared by the reconcile loop and by an operator's explicit rollout (worker.rollouts.rollout_start).
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from django.db.models import Count
+
+from fleet.models import Node, NodePool
+from scheduling.selectors import DesiredVsObserved, desired_vs_observed
+from sharing.spec import allocatable
+from worker.choices import ACTIVE_CHANGE_STATUSES, PROBLEM_STATUSES, TERMINAL_CHANGE_STATUSES, ChangeStatus
+from worker.models import NodeChange, Rollout
+
+
+@dataclass(frozen=True)
+class PlannedChange:
+    """One node and the configs it should get (built by the reconcile loop or an explicit rollout request)."""
+
+    node: Node
+    to_config: dict
+    profile_id: int | None = None
+
+
+def to_config(row: DesiredVsObserved) -> dict:
+    """Everything a node change needs to apply and verify, frozen at planning time (JSON)."""
+    config = row.config
+    spec = row.profile.to_spec()
+    return {
+        "config_id": row.config_id,
+        "profile": row.profile.name,
+        "mig_config": config.mig_config_name,
+        "mig_parted": config.mig_parted_text,
+        "device_plugin_config": config.device_plugin_key,
+        "device_plugin": config.device_plugin_text,
+        "allocatable": allocatable(spec, row.gpus),
+        # What an agent applies beyond MIG (it has no device plugin): MPS limits and the time-slice length.
+        "sharing": {
+            "mode": spec.mode,
+            "replicas": spec.replicas,
+            "mps_active_thread_percentage": spec.mps_active_thread_percentage,
+            "mps_pinned_memory_limit_mib": spec.mps_pinned_memory_limit_mib,
+            "time_slice_interval": spec.time_slice_interval,
+        },
+        "node_settings": row.node_settings,
+    }
+
+
+def reconcilable_nodes(queryset=None):
+    """Live, ready nodes whose observations are fresh: stale or not-ready nodes get no new changes."""
+    queryset = queryset if queryset is not None else Node.objects.all()
+    # Labels are the bulk of a node row and the loop never reads them.
+    return queryset.live().fresh().exclude(ready=False).defer("labels")
+
+
+def plan(nodes, *, at=None) -> dict[tuple, list[PlannedChange]]:
+    """Drifted nodes without a change in flight, grouped by (pool, profile, source); nodes whose last attempt at
+    the same config failed are left for a human (shown as failed) instead of being retried forever."""
+    rows = [r for r in desired_vs_observed(nodes, at=at) if r.in_sync is False and r.config is not None]
+    busy = set(
+        NodeChange.objects.filter(node__in=[r.node.pk for r in rows], status__in=ACTIVE_CHANGE_STATUSES).values_list(
+            "node_id", flat=True
+        )
+    )
+    rows = [r for r in rows if r.node.pk not in busy]
+    problems = nodes_with_problem_for({r.node.pk: r.config.config_id for r in rows})
+    pools = NodePool.objects.in_bulk({r.node.pool_id for r in rows} - {None})
+    groups = defaultdict(list)
+    for row in rows:
+        if row.node.pk in problems:
+            continue
+        key = (pools.get(row.node.pool_id), row.profile, row.source, row.schedule if row.source == "schedule" else None)
+        groups[key].append(PlannedChange(row.node, to_config(row), row.profile.pk))
+    return groups
+
+
+def rollout_progress(rollout: Rollout) -> dict:
+    """Counts per status and the share done, for progress bars (from `with_progress()` annotations, else a query)."""
+    if hasattr(rollout, f"n_{ChangeStatus.QUEUED}"):
+        counts = {s: getattr(rollout, f"n_{s}") for s in ChangeStatus.values if getattr(rollout, f"n_{s}")}
+    else:
+        counts = dict(rollout.changes.values_list("status").annotate(n=Count("pk")))
+    total = sum(counts.values())
+    finished = sum(counts.get(s, 0) for s in TERMINAL_CHANGE_STATUSES)
+    return {
+        "total": total,
+        "finished": finished,
+        "counts": counts,
+        "percent": round(100 * finished / total) if total else 100,
+    }
+
+
+def nodes_with_problem_for(config_ids_by_node: dict[int, str]) -> set[int]:
+    """Nodes whose latest change to exactly this config failed: the loop waits for a human instead of retrying."""
+    latest = {}
+    for node_id, status, config_id in (
+        NodeChange.objects.filter(node_id__in=list(config_ids_by_node))
+        .order_by("node_id", "-pk")
+        .values_list("node_id", "status", "to_config__config_id")
+    ):
+        latest.setdefault(node_id, (status, config_id))
+    return {
+        node_id
+        for node_id, (status, config_id) in latest.items()
+        if status in PROBLEM_STATUSES and config_id == config_ids_by_node[node_id]
+    }
