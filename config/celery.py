@@ -4,6 +4,11 @@ import os
 from pathlib import Path
 
 from celery import Celery
+from kombu.transport import TRANSPORT_ALIASES
+
+from core.broker import SCHEME
+
+TRANSPORT_ALIASES.setdefault(SCHEME, "core.broker:Transport")
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 
@@ -20,5 +25,5 @@ def ensure_filesystem_broker_folders() -> None:
             Path(options[key]).mkdir(parents=True, exist_ok=True)
 
 
-if str(app.conf.broker_url).startswith("filesystem://"):
+if str(app.conf.broker_url).startswith(("filesystem://", f"{SCHEME}://")):
     ensure_filesystem_broker_folders()

@@ -157,10 +157,11 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# Celery: the embedded default needs no broker server (kombu's filesystem transport, see stack-notes).
-CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=env("REDIS_URL", default="filesystem://"))
+# Celery: the embedded default needs no broker server: kombu's filesystem transport with atomic writes and claims
+# (core/broker.py, docs/operations.md#the-embedded-broker).
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=env("REDIS_URL", default="tessera-fs://"))
 CELERY_FILESYSTEM_DIR = VAR_DIR / "celery"
-if CELERY_BROKER_URL.startswith("filesystem://"):
+if CELERY_BROKER_URL.startswith(("filesystem://", "tessera-fs://")):
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(CELERY_FILESYSTEM_DIR / "queue"),
         "data_folder_out": str(CELERY_FILESYSTEM_DIR / "queue"),

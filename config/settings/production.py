@@ -15,7 +15,7 @@ if "DATABASE_URL" not in env:
     raise ImproperlyConfigured("DATABASE_URL must be set in production (PostgreSQL).")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     raise ImproperlyConfigured("Production runs on PostgreSQL; SQLite is the embedded default only.")
-if CELERY_BROKER_URL.startswith("filesystem://"):
+if CELERY_BROKER_URL.startswith(("filesystem://", "tessera-fs://")):
     # The filesystem broker is the embedded default for one machine; replicas on several hosts would each see their own.
     raise ImproperlyConfigured(
         "REDIS_URL (or CELERY_BROKER_URL) must be set in production; the filesystem broker is embedded only."

@@ -24,7 +24,7 @@ def _broker(kind: str, tmp_path):
                     ("control_folder", "control"))}  # fmt: skip
         for folder in folders.values():
             folder.mkdir(parents=True, exist_ok=True)
-        return "filesystem://", {key: str(path) for key, path in folders.items()}
+        return "tessera-fs://", {key: str(path) for key, path in folders.items()}
     url = os.environ.get("REDIS_URL")
     if not url:
         if os.environ.get("CI") == "true":

@@ -257,7 +257,7 @@ def broker(tmp_path, monkeypatch):
         folder.mkdir(parents=True, exist_ok=True)
     options = {key: str(path) for key, path in folders.items()} | {"polling_interval": 0.05, "store_processed": False}
     saved = (app.conf.task_always_eager, app.conf.broker_url, app.conf.broker_transport_options)
-    app.conf.task_always_eager, app.conf.broker_url, app.conf.broker_transport_options = False, "filesystem://", options
+    app.conf.task_always_eager, app.conf.broker_url, app.conf.broker_transport_options = False, "tessera-fs://", options
     app._pool = app.amqp._producer_pool = None  # connections are made afresh for these broker options
     monkeypatch.setenv("TESSERA_STEP_POLL_SECONDS", "0.3")  # the worker polls verifying nodes this often
     yield tmp_path, folders["data_folder_in"]
@@ -298,7 +298,7 @@ def test_worker_killed_mid_rollout_resumes_without_duplicate_or_lost_steps(sim, 
     var_dir, _ = broker
     sim.faults.update({"apply_delay": 1.0})
     _fleet(sim, core, sim_cluster)
-    with celery_worker(var_dir, "filesystem://", log_path=var_dir / "worker-1.log") as first:
+    with celery_worker(var_dir, "tessera-fs://", log_path=var_dir / "worker-1.log") as first:
         rollout = start_rollout(canary_count=1, batch_size=2)  # commits: on_commit publishes rollout_advance
         wait_until(lambda: rollout.changes.filter(status="succeeded").exists(), timeout=40, message="a first node")
         wait_until(lambda: rollout.changes.filter(status__in=["applying", "verifying"]).exists(), timeout=20,
@@ -308,7 +308,7 @@ def test_worker_killed_mid_rollout_resumes_without_duplicate_or_lost_steps(sim, 
     assert first.returncode == -signal.SIGKILL
     in_flight = statuses(rollout)
     assert "succeeded" in in_flight.values() and set(in_flight.values()) != {"succeeded"}
-    with celery_worker(var_dir, "filesystem://", log_path=var_dir / "worker-2.log"):
+    with celery_worker(var_dir, "tessera-fs://", log_path=var_dir / "worker-2.log"):
         for _ in range(12):
             _tick(rollout.pk)
             try:
@@ -336,8 +336,8 @@ def test_broker_down_then_up_loses_no_change(sim, core, sim_cluster, broker):
     assert set(statuses(Rollout.objects.get(pk=rollout_id)).values()) == {"queued"}
     time.sleep(1)
     hidden.rename(queue_dir)  # the broker is back
-    with celery_worker(var_dir, "filesystem://", log_path=var_dir / "worker.log"):
-        app.send_task("worker.tasks.reconcile_tick", connection=Connection("filesystem://",
+    with celery_worker(var_dir, "tessera-fs://", log_path=var_dir / "worker.log"):
+        app.send_task("worker.tasks.reconcile_tick", connection=Connection("tessera-fs://",
                       transport_options=app.conf.broker_transport_options))  # fmt: skip
         wait_until(lambda: _settled(rollout_id), timeout=60, message="the rollout to finish after the outage")
     rollout = Rollout.objects.get(pk=rollout_id)
