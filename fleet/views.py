@@ -18,13 +18,13 @@ from core.audit import Actor
 from core.exceptions import ApplicationError
 from core.roles import Role, has_role
 from core.views import form_add_service_errors, redirect_after_change, role_required
-from fleet import agent_services, selectors
-from fleet.agent_selectors import gpu_events, node_agent_credential
+from fleet import agent_credentials, selectors
 from fleet.choices import ClusterDriver
 from fleet.filtersets import GpuFilterSet, NodeFilterSet
 from fleet.forms import AgentJoinTokenForm
 from fleet.models import AgentCredential, AgentJoinToken, Cluster, Gpu, Node, NodePool
 from fleet.querysets import agent_stale_cutoff
+from fleet.selectors import gpu_events, node_agent_credential
 from scheduling.selectors import desired_vs_observed, pool_states, upcoming_transitions
 from sharing.forms import QoSPolicyForm
 from sharing.models import NodePin, QoSComplianceReport, SharingProfile
@@ -75,7 +75,7 @@ def _overview_stats() -> dict:
         policy_violations=Max(Subquery(reports.annotate(n=Sum("violation_count")).values("n"))),
         pools_violating=Max(Subquery(reports.annotate(n=Count("pk", filter=Q(violation_count__gt=0))).values("n"))),
     )
-    stats.update(extra, agent_stale_seconds=3 * agent_services.agent_interval_seconds())
+    stats.update(extra, agent_stale_seconds=3 * agent_credentials.agent_interval_seconds())
     stats["policy_violations"] = extra["policy_violations"] or 0
     stats["needs_attention"] += stats["policy_violations"]
     return stats
@@ -357,7 +357,7 @@ def agent_token_list(request):
         return _join_token_page(request, form, status=400)
     data = form.cleaned_data
     try:
-        token, plain = agent_services.agent_join_token_create(
+        token, plain = agent_credentials.agent_join_token_create(
             actor=Actor.for_user(request.user),
             cluster=data["cluster"],
             name=data["name"],
@@ -379,7 +379,7 @@ def agent_token_revoke(request, pk):
     """Refuse further registrations with the token; nodes that registered with it keep their credentials."""
     token = get_object_or_404(AgentJoinToken, pk=pk)
     try:
-        agent_services.agent_join_token_revoke(actor=Actor.for_user(request.user), token=token)
+        agent_credentials.agent_join_token_revoke(actor=Actor.for_user(request.user), token=token)
     except ApplicationError as exc:
         messages.error(request, exc.message)
     else:
@@ -393,7 +393,7 @@ def node_agent_revoke(request, pk):
     """Revoke the node's agent credential: its agent stops at its next call until registered again."""
     node = get_object_or_404(Node, pk=pk)
     try:
-        agent_services.node_agent_revoke(actor=Actor.for_user(request.user), node=node)
+        agent_credentials.node_agent_revoke(actor=Actor.for_user(request.user), node=node)
     except ApplicationError as exc:
         messages.error(request, exc.message)
     else:

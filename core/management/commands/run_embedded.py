@@ -236,7 +236,7 @@ class Command(BaseCommand):
         var/agents and are reused across restarts; a new database starts them afresh."""
         from agent.runner import load_credential
         from core.audit import Actor
-        from fleet import agent_services
+        from fleet import agent_credentials
         from fleet import services as fleet_services
         from fleet.models import Cluster, NodePool
 
@@ -262,7 +262,7 @@ class Command(BaseCommand):
         # Agents with a credential for this server need no token: none is made for them.
         registered = sum(load_credential(d, server) is not None for d in state_root.glob("*") if d.is_dir())
         if registered < count:
-            _, token = agent_services.agent_join_token_create(
+            _, token = agent_credentials.agent_join_token_create(
                 actor=Actor.system("make run"),
                 cluster=cluster,
                 name=f"make run {time.strftime('%Y-%m-%d %H:%M')}",
