@@ -72,13 +72,14 @@ def seed(agents: int, mig_every: int) -> list[tuple[str, list[bytes]]]:
     """Register the agents (an agent cluster, one join token) and precompute their report bodies."""
     from agent.backends.simulated import SimulatedBackend
     from agent.protocol import MigSettings, Report, inventory_digest
+    from agents.credentials import agent_register
     from core.audit import Actor
-    from fleet import agent_services
+    from fleet.agent_credentials import agent_join_token_create
     from fleet.models import Cluster
     from sharing.render import MigDeviceSpec, render_mig_parted_config
 
     cluster = Cluster.objects.create(name="bench", driver="agent")
-    _, join_token = agent_services.agent_join_token_create(actor=Actor.system("bench"), cluster=cluster, name="b2")
+    _, join_token = agent_join_token_create(actor=Actor.system("bench"), cluster=cluster, name="b2")
     clients = []
     for seed_ in range(agents):
         clock = [1000.0]
@@ -109,9 +110,7 @@ def seed(agents: int, mig_every: int) -> list[tuple[str, list[bytes]]]:
                 bodies.append(json.dumps(report.to_dict()).encode())
         finally:
             backend.close()
-        registration = agent_services.agent_register(
-            join_token=join_token, hostname=snapshot.hostname, agent_version="0.1.0"
-        )
+        registration = agent_register(join_token=join_token, hostname=snapshot.hostname, agent_version="0.1.0")
         clients.append((registration.credential, bodies))
     return clients
 
@@ -365,13 +364,14 @@ def prime(clients) -> None:
     from django.conf import settings
 
     from agent.protocol import Report
-    from fleet import agent_services
+    from agents.credentials import agent_credential_authenticate
+    from agents.reports import agent_report_record
 
     settings.TESSERA = {**settings.TESSERA, "AGENT_REPORT_FLUSH_SECONDS": 0}
     for credential, bodies in clients:
-        found = agent_services.agent_credential_authenticate(credential=credential)
+        found = agent_credential_authenticate(credential=credential)
         for body in bodies:
-            agent_services.agent_report_record(node=found.node, report=Report.from_dict(json.loads(body)))
+            agent_report_record(node=found.node, report=Report.from_dict(json.loads(body)))
 
 
 def parse_args(argv):

@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from core import views as core_views
 
 api_v1 = [
+    path("", include("agents.api.urls")),  # first: every agent calls /api/v1/agent/report/ every interval
     path("", include("core.api.urls")),
     path("", include("fleet.api.urls")),
     path("", include("sharing.api.urls")),

@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from core.audit import Actor
 from core.exceptions import ApplicationError
-from fleet import agent_services
+from fleet.agent_credentials import agent_credential_revoke, agent_join_token_revoke
 from fleet.models import AgentCredential, AgentJoinToken, Cluster, Gpu, GpuEvent, MigDevice, Node, NodePool
 
 
@@ -114,9 +114,7 @@ class AgentJoinTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected join tokens")
     def revoke(self, request, queryset):
-        _revoke_each(
-            self, request, queryset, lambda actor, t: agent_services.agent_join_token_revoke(actor=actor, token=t)
-        )
+        _revoke_each(self, request, queryset, lambda actor, t: agent_join_token_revoke(actor=actor, token=t))
 
 
 @admin.register(AgentCredential)
@@ -133,9 +131,7 @@ class AgentCredentialAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected agent credentials")
     def revoke(self, request, queryset):
-        _revoke_each(
-            self, request, queryset, lambda actor, c: agent_services.agent_credential_revoke(actor=actor, credential=c)
-        )
+        _revoke_each(self, request, queryset, lambda actor, c: agent_credential_revoke(actor=actor, credential=c))
 
 
 @admin.register(GpuEvent)

@@ -1,4 +1,4 @@
-"""Forms of the fleet pages: agent join tokens. They read input into the shapes fleet/agent_services.py takes."""
+"""Forms of the fleet pages: agent join tokens. They read input into the shapes fleet/agent_credentials.py takes."""
 
 from django import forms
 

@@ -10,7 +10,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from fleet.choices import ConfigState, GpuHealth, SharingMode
-from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
+from fleet.models import AgentCredential, Cluster, Gpu, GpuEvent, MigDevice, Node, NodePool
 from fleet.querysets import stale_q
 from sharing.mig import UnknownProductError, get_product
 
@@ -433,3 +433,13 @@ def planned_mig_layout(product: str, placements) -> MigLayout:
     """The MIG drawing of a layout before it is applied, from `validate_layout(...).placements` of that product."""
     devices = [_PlannedDevice(p.profile, p.start, p.size) for p in placements]
     return mig_layout(_PlannedGpu(product), devices)
+
+
+def gpu_events(gpu, limit: int = 50) -> list[GpuEvent]:
+    """The GPU's XID and ECC events, newest first."""
+    return list(GpuEvent.objects.filter(gpu=gpu).order_by("-at", "-pk")[:limit])
+
+
+def node_agent_credential(node: Node) -> AgentCredential | None:
+    """The node's active agent credential, if its agent is registered."""
+    return AgentCredential.objects.filter(node=node, revoked_at__isnull=True).first()

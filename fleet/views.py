@@ -15,7 +15,7 @@ from core.audit import Actor
 from core.exceptions import ApplicationError
 from core.roles import Role
 from core.views import form_add_service_errors, paginate, redirect_after_change, render_table_page, role_required
-from fleet import agent_services, selectors
+from fleet import agent_credentials, selectors
 from fleet.choices import ClusterDriver
 from fleet.filtersets import GpuFilterSet
 from fleet.forms import AgentJoinTokenForm
@@ -124,7 +124,7 @@ def agent_token_list(request):
         return _join_token_page(request, form, status=400)
     data = form.cleaned_data
     try:
-        token, plain = agent_services.agent_join_token_create(
+        token, plain = agent_credentials.agent_join_token_create(
             actor=Actor.for_user(request.user),
             cluster=data["cluster"],
             name=data["name"],
@@ -146,7 +146,7 @@ def agent_token_revoke(request, pk):
     """Refuse further registrations with the token; nodes that registered with it keep their credentials."""
     token = get_object_or_404(AgentJoinToken, pk=pk)
     try:
-        agent_services.agent_join_token_revoke(actor=Actor.for_user(request.user), token=token)
+        agent_credentials.agent_join_token_revoke(actor=Actor.for_user(request.user), token=token)
     except ApplicationError as exc:
         messages.error(request, exc.message)
     else:
@@ -160,7 +160,7 @@ def node_agent_revoke(request, pk):
     """Revoke the node's agent credential: its agent stops at its next call until registered again."""
     node = get_object_or_404(Node, pk=pk)
     try:
-        agent_services.node_agent_revoke(actor=Actor.for_user(request.user), node=node)
+        agent_credentials.node_agent_revoke(actor=Actor.for_user(request.user), node=node)
     except ApplicationError as exc:
         messages.error(request, exc.message)
     else:

@@ -87,7 +87,8 @@ def web_server(var_dir: Path, *, workers: int = 1, threads: int = 4, eager_tasks
     cmd = [sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", f"127.0.0.1:{port}",
            "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread",
            "--graceful-timeout", "5", "--log-level", "warning"]  # fmt: skip
-    env = child_env(var_dir, "memory://", TESSERA_TEST_EAGER=str(eager_tasks).lower(), **extra_env)
+    buffered = {"TESSERA_AGENT_REPORT_FLUSH_SECONDS": "0.2"}  # agent reports written as in production
+    env = child_env(var_dir, "memory://", TESSERA_TEST_EAGER=str(eager_tasks).lower(), **{**buffered, **extra_env})
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -152,8 +152,8 @@ SPECTACULAR_SETTINGS = {
         "ChangeStatusEnum": "worker.choices.ChangeStatus",
         "BusyPolicyEnum": "sharing.choices.BusyPolicy",
         "TimeSliceIntervalEnum": "sharing.choices.TimeSliceInterval",
-        # The agent protocol's Literal types (fleet/api/agent_serializers.py mirrors the protocol's dataclasses).
-        "AgentTimeSliceIntervalEnum": "fleet.api.agent_serializers.TIME_SLICE_INTERVALS",
+        # The agent protocol's Literal types (fleet/api/protocol.py mirrors the protocol's dataclasses).
+        "AgentTimeSliceIntervalEnum": "fleet.api.protocol.TIME_SLICE_INTERVALS",
     },
 }
 

@@ -17,7 +17,13 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
-TESSERA = {**TESSERA, "STALE_AFTER_SECONDS": 180}
+TESSERA = {
+    **TESSERA,
+    "STALE_AFTER_SECONDS": 180,
+    # pytest writes agent reports at once (no flush thread: a test that buffers flushes itself); the web servers that
+    # integration tests start buffer as in production (tests/processes.py).
+    "AGENT_REPORT_FLUSH_SECONDS": env.float("TESSERA_AGENT_REPORT_FLUSH_SECONDS", default=0),
+}
 WHITENOISE_AUTOREFRESH = True  # serve from the finders; tests never run collectstatic
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not :memory:, so a real worker process started by a test sees the same test database;

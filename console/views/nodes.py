@@ -7,10 +7,10 @@ from django.views.decorators.http import require_GET
 
 from core.roles import Role, has_role
 from fleet import selectors
-from fleet.agent_selectors import gpu_events, node_agent_credential
 from fleet.choices import ClusterDriver
 from fleet.models import AgentCredential, Node
 from fleet.querysets import agent_stale_cutoff
+from fleet.selectors import gpu_events, node_agent_credential
 from scheduling.selectors import desired_vs_observed, pool_states
 from sharing import display
 from sharing.models import NodePin, QoSComplianceReport, SharingProfile

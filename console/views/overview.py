@@ -7,7 +7,7 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from core.views import render_table_page, wants_fragment
-from fleet import agent_services, selectors
+from fleet import agent_credentials, selectors
 from fleet.choices import ClusterDriver
 from fleet.models import Node
 from fleet.tables import node_table
@@ -29,7 +29,7 @@ def _overview_stats() -> dict:
         policy_violations=Max(Subquery(reports.annotate(n=Sum("violation_count")).values("n"))),
         pools_violating=Max(Subquery(reports.annotate(n=Count("pk", filter=Q(violation_count__gt=0))).values("n"))),
     )
-    stats.update(extra, agent_stale_seconds=3 * agent_services.agent_interval_seconds())
+    stats.update(extra, agent_stale_seconds=3 * agent_credentials.agent_interval_seconds())
     stats["policy_violations"] = extra["policy_violations"] or 0
     stats["needs_attention"] += stats["policy_violations"]
     return stats

@@ -12,7 +12,7 @@ from rest_framework.reverse import reverse
 
 from agent import protocol
 from core.api.fields import RefField, ref
-from fleet.api.agent_serializers import protocol_serializer
+from fleet.api.protocol import protocol_serializer
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
 from fleet.querysets import is_stale
 from fleet.services import NODE_FIELDS

@@ -9,9 +9,11 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from agents.credentials import agent_register
+from agents.observations import xid_message
 from core.audit import Actor
 from core.models import AuditEvent
-from fleet import agent_services
+from fleet.agent_credentials import agent_join_token_create
 from fleet.models import AgentCredential, AgentJoinToken, GpuEvent, Node
 from sharing import services as sharing_services
 from tests.factories import ClusterFactory, GpuFactory, NodeFactory, NodePoolFactory
@@ -37,8 +39,8 @@ def cluster():
 @pytest.fixture
 def registered(cluster, admin_user):
     """A node registered by its agent (with a credential) that reported a moment ago."""
-    _, plain = agent_services.agent_join_token_create(actor=Actor.for_user(admin_user), cluster=cluster, name="rack-a")
-    registration = agent_services.agent_register(join_token=plain, hostname="lab-gpu-01", agent_version="0.9.1")
+    _, plain = agent_join_token_create(actor=Actor.for_user(admin_user), cluster=cluster, name="rack-a")
+    registration = agent_register(join_token=plain, hostname="lab-gpu-01", agent_version="0.9.1")
     Node.objects.filter(pk=registration.node.pk).update(
         agent_last_seen_at=timezone.now() - timedelta(seconds=12), last_seen_at=timezone.now(), ready=True
     )
@@ -53,7 +55,7 @@ def token_data(cluster, **overrides):
 
 
 def test_token_page_is_for_admins_only(client, viewer, operator, cluster, admin_user):
-    token, _ = agent_services.agent_join_token_create(actor=Actor.for_user(admin_user), cluster=cluster, name="t")
+    token, _ = agent_join_token_create(actor=Actor.for_user(admin_user), cluster=cluster, name="t")
     for user in (viewer, operator):
         login(client, user)
         assert client.get(reverse("fleet:agent_token_list")).status_code == 403
@@ -87,7 +89,7 @@ def test_create_shows_the_token_once_with_the_commands(client, admin_user, clust
     assert plain not in again and token.key_id in again and "rack-b12" in again and "0 / 20" in again
     assert AuditEvent.objects.filter(action="agent_join_token.create", actor_label="admin").exists()
     # the token works: an agent registers with it
-    assert agent_services.agent_register(join_token=plain, hostname="n1", agent_version="1").node.name == "n1"
+    assert agent_register(join_token=plain, hostname="n1", agent_version="1").node.name == "n1"
 
 
 def test_create_refused_shows_errors_beside_the_fields(client, admin_user, cluster):
@@ -110,7 +112,7 @@ def test_without_agent_clusters_the_page_says_how_to_add_one(client, admin_user)
 
 
 def test_revoke_a_token(client, admin_user, cluster):
-    token, _ = agent_services.agent_join_token_create(actor=Actor.for_user(admin_user), cluster=cluster, name="t")
+    token, _ = agent_join_token_create(actor=Actor.for_user(admin_user), cluster=cluster, name="t")
     login(client, admin_user)
     response = client.post(reverse("fleet:agent_token_revoke", args=[token.pk]))
     assert response.status_code == 302 and response["Location"] == reverse("fleet:agent_token_list")
@@ -126,10 +128,10 @@ def test_revoke_a_token(client, admin_user, cluster):
 
 def test_token_states(client, admin_user, cluster):
     actor = Actor.for_user(admin_user)
-    expired, _ = agent_services.agent_join_token_create(actor=actor, cluster=cluster, name="old")
+    expired, _ = agent_join_token_create(actor=actor, cluster=cluster, name="old")
     AgentJoinToken.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(hours=1))
-    _, plain = agent_services.agent_join_token_create(actor=actor, cluster=cluster, name="one-shot", max_uses=1)
-    agent_services.agent_register(join_token=plain, hostname="n1", agent_version="1")
+    _, plain = agent_join_token_create(actor=actor, cluster=cluster, name="one-shot", max_uses=1)
+    agent_register(join_token=plain, hostname="n1", agent_version="1")
     html = login(client, admin_user).get(reverse("fleet:agent_token_list")).content.decode()
     assert "Expired" in html and "Used up" in html and "1 / 1" in html
 
@@ -219,9 +221,7 @@ def test_node_without_policy_says_nothing_applies(client, viewer, registered):
 def test_gpu_page_lists_xid_and_ecc_events_newest_first(client, viewer, registered):
     gpu = GpuFactory(node=registered, index=0)
     now = timezone.now()
-    GpuEvent.objects.create(
-        gpu=gpu, at=now - timedelta(hours=2), kind="xid", code=13, message=agent_services.xid_message(13)
-    )
+    GpuEvent.objects.create(gpu=gpu, at=now - timedelta(hours=2), kind="xid", code=13, message=xid_message(13))
     GpuEvent.objects.create(
         gpu=gpu,
         at=now - timedelta(minutes=5),
@@ -229,7 +229,7 @@ def test_gpu_page_lists_xid_and_ecc_events_newest_first(client, viewer, register
         code=79,
         gpu_instance_id=1,
         compute_instance_id=0,
-        message=agent_services.xid_message(79),
+        message=xid_message(79),
     )
     GpuEvent.objects.create(
         gpu=gpu, at=now - timedelta(minutes=1), kind="ecc", code=3, message="2 new uncorrectable ECC error(s)"

@@ -11,7 +11,7 @@ import signal
 import pytest
 
 from core.audit import Actor
-from fleet import agent_services
+from fleet import agent_credentials
 from fleet.models import Gpu, MigDevice, Node
 from sharing import services as sharing_services
 from sharing.mig import get_product
@@ -37,7 +37,7 @@ def test_agent_registers_applies_a_rollout_goes_stale_and_is_revoked(tmp_path, s
     admin = UserFactory(username="admin", role="admin")
     actor = Actor.for_user(admin)
     cluster = ClusterFactory(name="lab", driver="agent", kubeconfig_path="")
-    _, join_token = agent_services.agent_join_token_create(actor=actor, cluster=cluster, name="lab")
+    _, join_token = agent_credentials.agent_join_token_create(actor=actor, cluster=cluster, name="lab")
     state_dir = tmp_path / "state"
 
     with web_server(tmp_path, TESSERA_AGENT_INTERVAL_SECONDS="1") as url:
@@ -97,7 +97,7 @@ def test_agent_registers_applies_a_rollout_goes_stale_and_is_revoked(tmp_path, s
         wait_until(lambda: Node.objects.stale().filter(pk=node.pk).exists(), timeout=10, message="the node to go stale")
         assert not reconcilable_nodes().filter(pk=node.pk).exists()
 
-        agent_services.node_agent_revoke(actor=actor, node=node)
+        agent_credentials.node_agent_revoke(actor=actor, node=node)
         proc, log = simulated_agent(url, state_dir, tmp_path, seed=SEED, name="revoked")
         assert finish(proc, log) == 3
         output = (tmp_path / "revoked.log").read_text()

@@ -20,7 +20,7 @@ import pytest
 
 from core.audit import Actor
 from core.models import AuditEvent
-from fleet import agent_services
+from fleet import agent_credentials
 from fleet.models import Gpu, MigDevice, Node
 from scheduling import selectors as scheduling_selectors
 from scheduling import services as scheduling_services
@@ -93,7 +93,7 @@ def test_day_night_schedule_switches_profile_and_qos_through_the_agent(tmp_path,
     # Set up while the agent's node is in no pool: the reconcile that schedule_create and pool_set_qos_policy trigger
     # runs at the real time of day, and must not roll anything out to it.
     cluster = ClusterFactory(name="lab", driver="agent", kubeconfig_path="")
-    _, join_token = agent_services.agent_join_token_create(actor=actor, cluster=cluster, name="lab")
+    _, join_token = agent_credentials.agent_join_token_create(actor=actor, cluster=cluster, name="lab")
     pool = NodePoolFactory(cluster=cluster, name="lab-h100")
     schedule = scheduling_services.schedule_create_day_night(
         actor=actor,

@@ -1,5 +1,5 @@
 """The agent driver: agents pull their desired config and report back, so applying is recording and reading is
-the last report (Node fields written by the agent endpoints through fleet/agent_services.py)."""
+the last report (Node fields written by the agent endpoints through agents/reports.py)."""
 
 from collections.abc import Mapping, Sequence
 

@@ -1,20 +1,10 @@
-"""Reads for node agents and about them: the desired config an agent fetches, GPU events for the GPU page."""
+"""Reads for node agents: the desired config an agent fetches."""
 
 from agent.protocol import DesiredConfig, MigSettings, MpsSettings, NodeSettings, SafetySettings, TimeSliceSettings
-from fleet.agent_services import SERVING_STATUSES
-from fleet.models import AgentCredential, GpuEvent, Node
+from agents.choices import SERVING_STATUSES
+from fleet.models import Node
 from sharing.choices import BusyPolicy
 from worker.models import NodeChange
-
-
-def gpu_events(gpu, limit: int = 50) -> list[GpuEvent]:
-    """The GPU's XID and ECC events, newest first."""
-    return list(GpuEvent.objects.filter(gpu=gpu).order_by("-at", "-pk")[:limit])
-
-
-def node_agent_credential(node: Node) -> AgentCredential | None:
-    """The node's active agent credential, if its agent is registered."""
-    return AgentCredential.objects.filter(node=node, revoked_at__isnull=True).first()
 
 
 def _desired(to_config: dict, *, change: NodeChange | None) -> DesiredConfig:

@@ -28,16 +28,18 @@ from agent.protocol import (
     ReportMetrics,
     ReportResponse,
 )
+from agents import credentials, outcomes, reports, selectors
+from agents.api import serializers as s
+from agents.authentication import AgentCredentialAuthentication, AgentRateThrottle, AgentRegisterThrottle, IsAgent
 from core.audit import Actor
 from core.exceptions import ApplicationError
 from core.roles import Role
-from fleet import agent_selectors, agent_services
-from fleet.api import agent_serializers as s
-from fleet.authentication import AgentCredentialAuthentication, AgentRateThrottle, AgentRegisterThrottle, IsAgent
+from fleet import agent_credentials
+from fleet.api.protocol import protocol_serializer
 from fleet.models import AgentCredential, AgentJoinToken, Node
 
 AGENT_TAG = "agent"
-mirror = s.protocol_serializer
+mirror = protocol_serializer
 ERROR = mirror(ErrorBody)
 ERRORS = {
     401: OpenApiResponse(ERROR, description="Agent credential revoked or unknown."),
@@ -122,7 +124,7 @@ class AgentRegisterView(AgentView):
     )
     def post(self, request):
         message = _decode(RegisterRequest, request.data)
-        registration = agent_services.agent_register(
+        registration = credentials.agent_register(
             join_token=message.join_token, hostname=message.hostname, agent_version=message.agent_version
         )
         answer = RegisterResponse(
@@ -152,11 +154,11 @@ class AgentReportView(AgentView):
         # The usual report is read for its metrics alone; its inventory only when the server does not have it.
         metrics = _decode(ReportMetrics, request.data)
         _require_report_fields(request.data)
-        recorded, desired = agent_services.agent_report_record_metrics(
+        recorded, desired = reports.agent_report_record_metrics(
             node=credential.node, metrics=metrics, serving=credential.serving_change
         )
         if not recorded:
-            desired = agent_services.agent_report_record(
+            desired = reports.agent_report_record(
                 node=credential.node, report=_decode(Report, request.data), serving=credential.serving_change
             )
         # Plain bytes, not a DRF Response: rendering one costs a tenth of the whole report (bench/b2_agent_ingest.py).
@@ -175,7 +177,7 @@ class AgentDesiredView(AgentView):
         },
     )
     def get(self, request):
-        desired = agent_selectors.agent_desired_config(request.auth.node)
+        desired = selectors.agent_desired_config(request.auth.node)
         if desired is None:
             raise ApplicationError("Nothing to apply: no rollout is changing this node.", status=404)
         return Response(desired.to_dict())
@@ -191,7 +193,7 @@ class AgentOutcomeView(AgentView):
     )
     def post(self, request):
         outcome = _decode(Outcome, request.data)
-        agent_services.agent_outcome_record(node=request.auth.node, outcome=outcome)
+        outcomes.agent_outcome_record(node=request.auth.node, outcome=outcome)
         return Response({})
 
 
@@ -210,7 +212,7 @@ class AgentJoinTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, vi
     def create(self, request):
         serializer = s.AgentJoinTokenCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        token, plain = agent_services.agent_join_token_create(
+        token, plain = agent_credentials.agent_join_token_create(
             actor=Actor.from_request(request), **serializer.validated_data
         )
         token = self.get_queryset().get(pk=token.pk)
@@ -220,7 +222,7 @@ class AgentJoinTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, vi
     @action(detail=True, methods=["post"])
     def revoke(self, request, pk=None):
         """Refuse further registrations; registered nodes keep their credentials."""
-        token = agent_services.agent_join_token_revoke(actor=Actor.from_request(request), token=self.get_object())
+        token = agent_credentials.agent_join_token_revoke(actor=Actor.from_request(request), token=self.get_object())
         return Response(self.get_serializer(token).data)
 
 
@@ -236,7 +238,7 @@ class AgentCredentialViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def revoke(self, request, pk=None):
         """Revoke: the agent's next call gets 401 and it stops (exit 3) until it registers again."""
-        credential = agent_services.agent_credential_revoke(
+        credential = agent_credentials.agent_credential_revoke(
             actor=Actor.from_request(request), credential=self.get_object()
         )
         return Response(self.get_serializer(credential).data)
@@ -250,5 +252,5 @@ class NodeAgentRevokeView(APIView):
     @extend_schema(tags=["nodes"], request=None, responses=s.AgentCredentialSerializer)
     def post(self, request, pk):
         node = get_object_or_404(Node, pk=pk)
-        credential = agent_services.node_agent_revoke(actor=Actor.from_request(request), node=node)
+        credential = agent_credentials.node_agent_revoke(actor=Actor.from_request(request), node=node)
         return Response(s.AgentCredentialSerializer(credential, context={"request": request}).data)

@@ -2,14 +2,13 @@
 web + worker + beat + the cluster watcher + the simulator + a lab of simulated node agents until Ctrl-C.
 
 The simulator (`python -m simulator`, an emulated Kubernetes API with NVIDIA's GPU Operator) is the live demo:
-the UI shows what the watcher reads from it. The agent lab (`python -m agent.fleet`) is a second cluster, demo-lab,
-driven by Tessera's own node agent over simulated NVML: no GPU Operator, settings applied by the agents. The old
-seeded rows (`seed_demo`) only come with --with-seed-demo.
+the UI shows what the watcher reads from it. The agent lab (`python -m agent.fleet`, agents/lab.py) is a second
+cluster, demo-lab, driven by Tessera's own node agent over simulated NVML: no GPU Operator, settings applied by the
+agents. The old seeded rows (`seed_demo`) only come with --with-seed-demo.
 """
 
 import os
 import secrets
-import shutil
 import signal
 import socket
 import ssl
@@ -17,23 +16,25 @@ import subprocess
 import sys
 import time
 import urllib.request
-from datetime import timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
-from django.utils import timezone
 
+from agents.lab import LAB_CLUSTER, LAB_POOL, agent_lab_command
 from core.roles import Role
-from fleet.models import Node
+from fleet import services as fleet_services
+from fleet.models import Cluster, Node
+from worker.drivers import driver_for
+from worker.drivers.base import DriverError
+from worker.drivers.kubernetes.api import forget_client
 
 STOP_TIMEOUT = 15
 SIM_CLUSTER = "demo-sim"
-LAB_CLUSTER, LAB_POOL = "demo-lab", "lab-h100"
-LAB_PRODUCT = "NVIDIA-H100-80GB-HBM3"  # agent.backends.simulated's default product
-LAB_TOKEN_LIFETIME = timedelta(hours=1)  # only agents without a stored credential use it, at start-up
+SIM_START_SECONDS = 60
 
 
 def _free_port() -> int:
@@ -50,6 +51,57 @@ def _answers(url: str, ca_path) -> bool:
             return reply.status == 200
     except (OSError, ssl.SSLError):
         return False
+
+
+def _child_env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings.local"),
+    }
+
+
+def _server_commands(python: str, host: str, port: int) -> dict[str, list[str]]:
+    """The commands of Tessera itself: the web server, a Celery worker and beat."""
+    bindir = os.path.dirname(python)
+    return {
+        "web": [os.path.join(bindir, "gunicorn"), "config.wsgi", "--bind", f"{host}:{port}", "--workers", "2",
+                "--threads", "4", "--access-logfile", "-", "--log-level", "warning"],
+        "worker": [os.path.join(bindir, "celery"), "-A", "config", "worker", "-l", "INFO", "--concurrency", "2",
+                   "-n", "tessera-worker@%h"],
+        "beat": [os.path.join(bindir, "celery"), "-A", "config", "beat", "-l", "INFO"],
+    }  # fmt: skip
+
+
+def _wait_for_simulator(proc: subprocess.Popen, url: str, kubeconfig: Path, ca_path: Path) -> None:
+    """Until the simulator wrote its kubeconfig and answers; raises when it exits or stays silent."""
+    deadline = time.monotonic() + SIM_START_SECONDS
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the simulator exited with status {proc.returncode}")
+        if kubeconfig.exists() and _answers(url, ca_path):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the simulator did not answer within {SIM_START_SECONDS} s")
+        time.sleep(0.2)
+
+
+def _register_simulator(url: str, kubeconfig: Path) -> Cluster:
+    """Cluster demo-sim pointing at the simulator (created once, then updated to this start's port and token)."""
+    values = {
+        "description": "Simulated GPU fleet started by `make run` (python -m simulator).",
+        "driver": "kubernetes",
+        "kubeconfig_path": str(kubeconfig),
+        "in_cluster": False,
+        "operator_namespace": "gpu-operator",
+        "metrics_url": f"{url}/metrics",
+    }
+    cluster = Cluster.objects.filter(name=SIM_CLUSTER).first()
+    if cluster is None:
+        cluster = fleet_services.cluster_create(name=SIM_CLUSTER, **values)
+    else:  # a new port, certificate and token every start: the update also renews the cached API client
+        cluster = fleet_services.cluster_update(cluster=cluster, **values)
+    forget_client(cluster.pk)
+    return cluster
 
 
 class Command(BaseCommand):
@@ -75,59 +127,21 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, host, port, with_seed_demo, no_sim, sim_nodes, sim_port, sim_agents, **options):
-        settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
-        call_command("migrate", interactive=False, verbosity=0)
-        call_command("collectstatic", interactive=False, verbosity=0)
-        login = self._ensure_admin()
-        if with_seed_demo and not Node.objects.exists():
-            self.stdout.write("Seeding the demo fleet…")
-            call_command("seed_demo")
-
-        python = sys.executable
-        bindir = os.path.dirname(python)
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings.local"),
-        }
-        commands = {
-            "web": [
-                os.path.join(bindir, "gunicorn"),
-                "config.wsgi",
-                "--bind",
-                f"{host}:{port}",
-                "--workers",
-                "2",
-                "--threads",
-                "4",
-                "--access-logfile",
-                "-",
-                "--log-level",
-                "warning",
-            ],
-            "worker": [
-                os.path.join(bindir, "celery"),
-                "-A",
-                "config",
-                "worker",
-                "-l",
-                "INFO",
-                "--concurrency",
-                "2",
-                "-n",
-                "tessera-worker@%h",
-            ],
-            "beat": [os.path.join(bindir, "celery"), "-A", "config", "beat", "-l", "INFO"],
-        }
+        login = self._prepare_database(with_seed_demo)
+        python, env = sys.executable, _child_env()
+        commands = _server_commands(python, host, port)
         children: dict[str, subprocess.Popen] = {}
-        banner = []
         try:
+            banner = []
             if not no_sim:
                 banner = self._start_simulator(children, python, env, sim_nodes, sim_port)
                 commands["watcher"] = [python, str(settings.BASE_DIR / "manage.py"), "watch_clusters", "--rescan", "10"]
             if not no_sim and sim_agents > 0:
                 local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-                commands["agents"], lab_banner = self._agent_lab(python, f"http://{local}:{port}", sim_agents)
-                banner += lab_banner
+                commands["agents"] = agent_lab_command(python=python, server=f"http://{local}:{port}", count=sim_agents)
+                banner.append(
+                    f"Agent lab: cluster {LAB_CLUSTER}, {sim_agents} simulated agent nodes in pool {LAB_POOL}"
+                )
             for name, cmd in commands.items():
                 children[name] = subprocess.Popen(cmd, env=env, start_new_session=True)
         except (Exception, KeyboardInterrupt) as exc:
@@ -135,13 +149,30 @@ class Command(BaseCommand):
             if isinstance(exc, KeyboardInterrupt):
                 return
             raise CommandError(f"Start-up failed: {exc}") from exc
-        url = f"http://{host}:{port}/"
+        self._show_banner(f"http://{host}:{port}/", login, banner)
+        self._supervise(children)
+        self._stop(children)
+
+    def _prepare_database(self, with_seed_demo: bool) -> str:
+        """Migrate, collect static files, ensure the admin login (returns its banner line), seed when asked."""
+        settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
+        login = self._ensure_admin()
+        if with_seed_demo and not Node.objects.exists():
+            self.stdout.write("Seeding the demo fleet…")
+            call_command("seed_demo")
+        return login
+
+    def _show_banner(self, url: str, login: str, banner: list[str]) -> None:
         self.stdout.write(self.style.SUCCESS(f"\nTessera is running at {url}"))
         self.stdout.write(login)
         for line in banner:
             self.stdout.write(line)
         self.stdout.write("API docs: " + url + "api/docs/   Stop: Ctrl-C\n")
 
+    def _supervise(self, children: dict[str, subprocess.Popen]) -> None:
+        """Until Ctrl-C (or TERM), or until a child of Tessera's exits."""
         stopping = []
         signal.signal(signal.SIGINT, lambda *a: stopping.append(True))
         signal.signal(signal.SIGTERM, lambda *a: stopping.append(True))
@@ -155,7 +186,6 @@ class Command(BaseCommand):
                 self.stderr.write(f"{', '.join(dead)} exited; stopping the others.")
                 break
             time.sleep(0.5)
-        self._stop(children)
 
     def _stop(self, children):
         """TERM every child, wait for a warm shutdown, KILL what is left; the simulator goes last, so the
@@ -178,12 +208,6 @@ class Command(BaseCommand):
     def _start_simulator(self, children: dict, python: str, env: dict, nodes: int, port: int) -> list[str]:
         """Start the simulated fleet (added to `children` at once), register it as cluster demo-sim (idempotent)
         and point its ClusterPolicy at Tessera's ConfigMaps; returns the banner lines."""
-        from fleet import services as fleet_services
-        from fleet.models import Cluster
-        from worker.drivers import driver_for
-        from worker.drivers.base import DriverError
-        from worker.drivers.kubernetes.api import forget_client
-
         sim_dir = settings.VAR_DIR / "sim"
         sim_dir.mkdir(parents=True, exist_ok=True)
         kubeconfig = sim_dir / "kubeconfig"
@@ -194,30 +218,8 @@ class Command(BaseCommand):
         self.stdout.write(f"Starting the simulated GPU fleet ({nodes} nodes)…")
         proc = children["simulator"] = subprocess.Popen(cmd, env=env, start_new_session=True)
         url = f"https://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the simulator exited with status {proc.returncode}")
-            if kubeconfig.exists() and _answers(url, sim_dir / "apiserver.crt"):
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError("the simulator did not answer within 60 s")
-            time.sleep(0.2)
-
-        values = {
-            "description": "Simulated GPU fleet started by `make run` (python -m simulator).",
-            "driver": "kubernetes",
-            "kubeconfig_path": str(kubeconfig),
-            "in_cluster": False,
-            "operator_namespace": "gpu-operator",
-            "metrics_url": f"{url}/metrics",
-        }
-        cluster = Cluster.objects.filter(name=SIM_CLUSTER).first()
-        if cluster is None:
-            cluster = fleet_services.cluster_create(name=SIM_CLUSTER, **values)
-        else:  # a new port, certificate and token every start: the update also renews the cached API client
-            cluster = fleet_services.cluster_update(cluster=cluster, **values)
-        forget_client(cluster.pk)
+        _wait_for_simulator(proc, url, kubeconfig, sim_dir / "apiserver.crt")
+        cluster = _register_simulator(url, kubeconfig)
         try:
             for line in driver_for(cluster).adopt_operator_configs():
                 self.stdout.write(f"  {line}")
@@ -229,49 +231,6 @@ class Command(BaseCommand):
             f"  kubeconfig: {kubeconfig}",
             f"  try: {kubectl}",
         ]
-
-    def _agent_lab(self, python: str, server: str, count: int) -> tuple[list[str], list[str]]:
-        """Register cluster demo-lab (agent driver) with a selector pool for its H100 nodes, and a join token for
-        `count` simulated agents; returns their command and the banner lines. Their credentials live in
-        var/agents and are reused across restarts; a new database starts them afresh."""
-        from agent.runner import load_credential
-        from core.audit import Actor
-        from fleet import agent_services
-        from fleet import services as fleet_services
-        from fleet.models import Cluster, NodePool
-
-        state_root = settings.VAR_DIR / "agents"
-        cluster = Cluster.objects.filter(name=LAB_CLUSTER).first()
-        if cluster is None:
-            cluster = fleet_services.cluster_create(
-                name=LAB_CLUSTER,
-                description="Simulated nodes driven by Tessera's node agent, started by `make run` "
-                "(python -m agent.fleet).",
-                driver="agent",
-            )
-            shutil.rmtree(state_root, ignore_errors=True)  # credentials of a former database are refused
-        if not NodePool.objects.filter(cluster=cluster, name=LAB_POOL).exists():
-            fleet_services.pool_create(
-                cluster=cluster,
-                name=LAB_POOL,
-                description="The lab's H100 nodes (selector on the GPU Feature Discovery label the agents report).",
-                node_selector=f"nvidia.com/gpu.product={LAB_PRODUCT}",
-            )
-        command = [python, "-m", "agent.fleet", "--server", server, "--count", str(count),
-                   "--state-root", str(state_root), "--product", LAB_PRODUCT]  # fmt: skip
-        # Agents with a credential for this server need no token: none is made for them.
-        registered = sum(load_credential(d, server) is not None for d in state_root.glob("*") if d.is_dir())
-        if registered < count:
-            _, token = agent_services.agent_join_token_create(
-                actor=Actor.system("make run"),
-                cluster=cluster,
-                name=f"make run {time.strftime('%Y-%m-%d %H:%M')}",
-                description="Joins the simulated agents of the demo lab.",
-                expires_at=timezone.now() + LAB_TOKEN_LIFETIME,
-                max_uses=count - registered,
-            )
-            command += ["--join-token", token]
-        return command, [f"Agent lab: cluster {LAB_CLUSTER}, {count} simulated agent nodes in pool {LAB_POOL}"]
 
     def _ensure_admin(self) -> str:
         """Create the admin login once: from TESSERA_ADMIN_USERNAME/PASSWORD, or a generated password shown now."""

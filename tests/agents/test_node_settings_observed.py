@@ -15,10 +15,11 @@ from rest_framework.test import APIClient
 from agent import protocol
 from agent.backends.simulated import SimulatedBackend
 from agent.protocol import AppliedState, NodeSettings, Report
+from agents.authentication import AgentRateThrottle
+from agents.credentials import agent_register
 from core.audit import Actor
 from core.models import AuditEvent
-from fleet import agent_services
-from fleet.authentication import AgentRateThrottle
+from fleet.agent_credentials import agent_join_token_create
 from fleet.models import Gpu, Node
 from sharing import services as sharing_services
 from tests.factories import ClusterFactory, GpuFactory, NodePoolFactory
@@ -46,10 +47,8 @@ def backend():
 def agent(admin_user, backend):
     """(node, agent API client) of a registered agent node that has not reported yet."""
     cluster = ClusterFactory(name="lab", driver="agent", kubeconfig_path="")
-    _, plain = agent_services.agent_join_token_create(actor=Actor.for_user(admin_user), cluster=cluster, name="lab")
-    registration = agent_services.agent_register(
-        join_token=plain, hostname=backend.snapshot().hostname, agent_version="0.2.0"
-    )
+    _, plain = agent_join_token_create(actor=Actor.for_user(admin_user), cluster=cluster, name="lab")
+    registration = agent_register(join_token=plain, hostname=backend.snapshot().hostname, agent_version="0.2.0")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {registration.credential}")
     return registration.node, client

@@ -16,7 +16,7 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.throttling import SimpleRateThrottle
 
-from fleet.agent_services import agent_credential_authenticate
+from agents.credentials import agent_credential_authenticate
 from fleet.models import AgentCredential
 
 REFUSED = "Agent credential revoked or unknown."

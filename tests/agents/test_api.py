@@ -31,13 +31,17 @@ from agent.protocol import (
     XidEvent,
     inventory_digest,
 )
+from agents.api.serializers import protocol_decode
+from agents.api.views import AgentRegisterView, AgentReportView
+from agents.authentication import AgentRateThrottle, AgentRegisterThrottle
+from agents.observations import observed_allocatable
+from agents.report_buffer import report_buffer
 from core.audit import Actor
 from core.models import AuditEvent
-from fleet import agent_selectors, agent_services
-from fleet.api import agent_serializers
-from fleet.api.agent_views import AgentRegisterView, AgentReportView
-from fleet.authentication import AgentRateThrottle, AgentRegisterThrottle
+from fleet import agent_credentials
+from fleet.api.protocol import PROTOCOL_MIRRORS
 from fleet.models import AgentCredential, AgentJoinToken, Gpu, GpuEvent, MigDevice, Node
+from fleet.selectors import gpu_events
 from sharing import services as sharing_services
 from sharing.render import DevicePluginSpec
 from tests.factories import ClusterFactory, NodeFactory, NodePoolFactory
@@ -78,7 +82,7 @@ def cluster():
 
 @pytest.fixture
 def join_token(cluster, admin_user):
-    _, plain = agent_services.agent_join_token_create(actor=Actor.for_user(admin_user), cluster=cluster, name="lab")
+    _, plain = agent_credentials.agent_join_token_create(actor=Actor.for_user(admin_user), cluster=cluster, name="lab")
     return plain
 
 
@@ -210,13 +214,13 @@ def test_register_creates_the_node_and_a_credential_for_it(join_token, cluster):
     ],
 )
 def test_register_refuses_bad_join_tokens(case, message, cluster, admin_user):
-    token, plain = agent_services.agent_join_token_create(
+    token, plain = agent_credentials.agent_join_token_create(
         actor=Actor.for_user(admin_user), cluster=cluster, name="t", max_uses=1
     )
     if case == "expired":
         AgentJoinToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     elif case == "revoked":
-        agent_services.agent_join_token_revoke(actor=Actor.for_user(admin_user), token=token)
+        agent_credentials.agent_join_token_revoke(actor=Actor.for_user(admin_user), token=token)
     elif case == "used_up":
         assert _register(plain, "first").status_code == 201
     elif case == "unknown":
@@ -360,7 +364,7 @@ def test_a_report_read_for_its_metrics_must_still_carry_every_field_of_a_report(
     assert answer.status_code == 400 and answer.json()["errors"] == {"driver_version": ["is required"]}
 
 
-def test_a_failing_flush_writes_each_nodes_reports_on_their_own(node_a, join_token, backends, settings, monkeypatch):
+def test_a_failing_flush_writes_each_nodes_reports_on_their_own(node_a, join_token, backends, settings):
     backend, node, client = node_a
     other = backends(seed=2)
     answer = _register(join_token, other.snapshot().hostname).json()
@@ -368,37 +372,35 @@ def test_a_failing_flush_writes_each_nodes_reports_on_their_own(node_a, join_tok
     for agent, body in ((client, _report(backend)), (other_client, _report(other))):
         agent.post(REPORT, body.to_dict(), format="json")  # new inventory: written at once
     settings.TESSERA = {**settings.TESSERA, "AGENT_REPORT_FLUSH_SECONDS": 60}
-    monkeypatch.setattr(agent_services.report_buffer, "thread", "not started in tests")
     seen = dict(Node.objects.filter(pk__in=[node.pk, other_node.pk]).values_list("pk", "agent_last_seen_at"))
     for agent, body in ((client, _report(backend)), (other_client, _report(other))):
         assert agent.post(REPORT, body.to_dict(), format="json").status_code == 200
     # A row the database refuses (past the checks of the report path): only its own node's writes are lost.
-    metric_rows, _ = agent_services.report_buffer.pending[node.pk]
+    metric_rows, _ = report_buffer.pending[node.pk]
     metric_rows[0] = (150.0, *metric_rows[0][1:])  # utilization_pct, the first column set
-    assert agent_services.report_buffer.flush() == 1
+    assert report_buffer.flush() == 1
     after = dict(Node.objects.filter(pk__in=[node.pk, other_node.pk]).values_list("pk", "agent_last_seen_at"))
     assert after[node.pk] == seen[node.pk] and after[other_node.pk] > seen[other_node.pk]
 
 
-def test_unchanged_reports_are_written_by_the_next_flush_when_buffered(node_a, settings, monkeypatch):
+def test_unchanged_reports_are_written_by_the_next_flush_when_buffered(node_a, settings):
     backend, node, client = node_a
     client.post(REPORT, _report(backend).to_dict(), format="json")  # new inventory: written at once
     seen = Node.objects.get(pk=node.pk).agent_last_seen_at
     settings.TESSERA = {**settings.TESSERA, "AGENT_REPORT_FLUSH_SECONDS": 60}
-    monkeypatch.setattr(agent_services.report_buffer, "thread", "not started in tests")
     backend.sim.start_process(1, used_mib=4096)
     with CaptureQueriesContext(connection) as queries:
         assert client.post(REPORT, _report(backend).to_dict(), format="json").status_code == 200
     assert not any(q["sql"].startswith("UPDATE") for q in queries)
     assert Node.objects.get(pk=node.pk).agent_last_seen_at == seen
-    assert agent_services.report_buffer.flush() == 1
+    assert report_buffer.flush() == 1
     assert Node.objects.get(pk=node.pk).agent_last_seen_at > seen
     assert Gpu.objects.get(node=node, index=1).processes[0]["used_memory_mib"] == 4096
     # An older buffered write never overwrites a newer one.
     later = Node.objects.get(pk=node.pk).agent_last_seen_at
     at = connection.ops.adapt_datetimefield_value(seen)
-    agent_services.report_buffer.add(node.pk, [], [at, at, "0.0.9", node.pk, at], 60)
-    agent_services.report_buffer.flush()
+    report_buffer.add(node.pk, [], [at, at, "0.0.9", node.pk, at])
+    report_buffer.flush()
     assert Node.objects.get(pk=node.pk).agent_last_seen_at == later
 
 
@@ -448,14 +450,14 @@ def test_xid_and_ecc_events_are_recorded_once(node_a):
     client.post(REPORT, _report(backend, xids=[xid]).to_dict(), format="json")
     client.post(REPORT, _report(backend, xids=[xid]).to_dict(), format="json")  # the agent re-sent it
     stored = Gpu.objects.get(uuid=gpu.uuid)
-    (event,) = agent_selectors.gpu_events(stored)
+    (event,) = gpu_events(stored)
     assert (event.kind, event.code) == ("xid", 79) and "fell off the bus" in event.message
     assert stored.last_xid == 79 and stored.health == "unhealthy"
     backend.sim.add_ecc_errors(1, uncorrected=2)
     client.post(REPORT, _report(backend).to_dict(), format="json")
     client.post(REPORT, _report(backend).to_dict(), format="json")
     other = Gpu.objects.get(node=node, index=1)
-    (ecc,) = agent_selectors.gpu_events(other)
+    (ecc,) = gpu_events(other)
     assert (ecc.kind, ecc.code) == ("ecc", 2) and "2 new uncorrectable" in ecc.message
     assert other.ecc_dbe_total == 2 and other.health == "unhealthy"
     assert GpuEvent.objects.count() == 2
@@ -762,14 +764,14 @@ def test_desired_without_anything_to_do_is_404(node_a):
 
 def test_observed_allocatable_follows_what_the_node_runs(backends):
     gpus = _report(backends()).gpus
-    assert agent_services.observed_allocatable(gpus, None, None) == {"nvidia.com/gpu": 2}
+    assert observed_allocatable(gpus, None, None) == {"nvidia.com/gpu": 2}
     mps = AppliedState("c", mps=MpsSettings(replicas=4))
-    assert agent_services.observed_allocatable(gpus, mps, None) == {"nvidia.com/gpu": 8}
+    assert observed_allocatable(gpus, mps, None) == {"nvidia.com/gpu": 8}
     sliced = AppliedState("c", time_slice=TimeSliceSettings("short"))
     plugin = DevicePluginSpec(sharing="time_slicing", replicas=3, rename_by_default=True)
-    assert agent_services.observed_allocatable(gpus, sliced, plugin) == {"nvidia.com/gpu.shared": 6}
+    assert observed_allocatable(gpus, sliced, plugin) == {"nvidia.com/gpu.shared": 6}
     # The plugin says time-slicing, but the node does not run it: whole GPUs.
-    assert agent_services.observed_allocatable(gpus, AppliedState("c"), plugin) == {"nvidia.com/gpu": 2}
+    assert observed_allocatable(gpus, AppliedState("c"), plugin) == {"nvidia.com/gpu": 2}
 
 
 def test_agent_nodes_are_stale_after_three_missed_reports(settings):
@@ -792,10 +794,10 @@ def test_the_compiled_decoder_reads_like_the_protocol(backends):
         xids=[XidEvent(_report(backend).gpus[0].uuid, 79, "2026-11-22T01:00:00Z", gpu_instance_id=1)],
         applied=AppliedState("c", mps=MpsSettings(replicas=2), time_slice=None),
     ).to_dict()
-    assert agent_serializers.protocol_decode(Report, body) == Report.from_dict(body)
-    assert agent_serializers.protocol_decode(Report, body).gpus[0].processes[0].pid == pid
+    assert protocol_decode(Report, body) == Report.from_dict(body)
+    assert protocol_decode(Report, body).gpus[0].processes[0].pid == pid
     body["gpus"][0]["utilization_pct"] = 50  # an int where a float goes: accepted as float, as the protocol does
-    assert agent_serializers.protocol_decode(Report, body).gpus[0].utilization_pct == 50.0
+    assert protocol_decode(Report, body).gpus[0].utilization_pct == 50.0
     broken = [
         ("gpus", "x"),
         ("numa_nodes", "2"),
@@ -809,15 +811,15 @@ def test_the_compiled_decoder_reads_like_the_protocol(backends):
         with pytest.raises(protocol.ProtocolError) as expected:
             Report.from_dict(wrong)
         with pytest.raises(protocol.ProtocolError) as got:
-            agent_serializers.protocol_decode(Report, wrong)
+            protocol_decode(Report, wrong)
         assert str(got.value) == str(expected.value)
     del body["hostname"]
     with pytest.raises(protocol.ProtocolError, match=r"^Report\.hostname is required$"):
-        agent_serializers.protocol_decode(Report, body)
+        protocol_decode(Report, body)
 
 
 def test_serializers_mirror_the_protocol():
-    for name, serializer_class in agent_serializers.PROTOCOL_MIRRORS.items():
+    for name, serializer_class in PROTOCOL_MIRRORS.items():
         message = getattr(protocol, name)
         fields = serializer_class().fields
         assert list(fields) == [f.name for f in dataclasses.fields(message)], name
@@ -831,10 +833,10 @@ def test_serializers_mirror_the_protocol():
 
 def test_openapi_schema_documents_the_agent_endpoints():
     GENERATOR_STATS.reset()
-    schema = SchemaGenerator(patterns=[path("api/v1/", include("fleet.api.urls"))]).get_schema(
+    schema = SchemaGenerator(patterns=[path("api/v1/", include("agents.api.urls"))]).get_schema(
         request=None, public=True
     )
-    assert not GENERATOR_STATS, "drf-spectacular warned about a fleet endpoint"
+    assert not GENERATOR_STATS, "drf-spectacular warned about an agent endpoint"
     paths = schema["paths"]
     assert {
         "/api/v1/agent/register/",

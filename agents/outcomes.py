@@ -1,0 +1,41 @@
+"""What agents say about applying a desired config: the outcome moves the node's change (worker's state machine)."""
+
+from django.db import transaction
+from django.utils import timezone
+
+from agent.protocol import Outcome
+from agents.choices import SERVING_STATUSES
+from agents.reports import agent_report_record
+from fleet.choices import ConfigState
+from fleet.models import Node
+from worker.models import NodeChange
+from worker.services import node_change_failed_on_node, node_change_refused_busy
+from worker.tasks import node_changes_step
+
+
+@transaction.atomic
+def agent_outcome_record(*, node: Node, outcome: Outcome, now=None) -> bool:
+    """Record an apply outcome: the fresh report, then what it means for the change. Repeats change nothing; an
+    outcome for a change that is not the node's, or no longer in flight, only records its report. Returns whether
+    the change was acted on."""
+    now = now or timezone.now()
+    # At once, not buffered: the engine's next step reads the processes of this report (busy checks).
+    agent_report_record(node=node, report=outcome.report, now=now, buffered=False)
+    if outcome.change_id is None:
+        return False
+    change = NodeChange.objects.filter(pk=outcome.change_id, node=node, status__in=SERVING_STATUSES).first()
+    if change is None or change.to_config.get("config_id") != outcome.config_id:
+        return False
+    if outcome.status == "failed":
+        values = {"config_state": ConfigState.FAILED, "last_error": outcome.message[:2000], "updated_at": now}
+        if node.config_state != ConfigState.FAILED:
+            values["config_state_since"] = now
+        if change.applied_mig_config:
+            # The config it tried is the one that failed, as the node page shows it.
+            values["observed_mig_config"] = change.applied_mig_config
+        Node.objects.filter(pk=node.pk).update(**values)
+        node_change_failed_on_node(change_id=change.pk, message=outcome.message[:2000])
+    elif outcome.status == "refused_busy":
+        node_change_refused_busy(change_id=change.pk, message=outcome.message[:2000], now=now)
+    transaction.on_commit(lambda: node_changes_step.delay([change.pk], change.rollout_id))
+    return True
