@@ -1,6 +1,7 @@
 """`make run`'s command on its embedded default, as a new user starts it: SQLite and the filesystem broker in a
 fresh var directory, the simulated fleet, and the lab of simulated agents joining their pool; Ctrl-C stops it all."""
 
+import json
 import os
 import signal
 import sqlite3
@@ -82,6 +83,38 @@ def test_the_embedded_default_starts_the_fleet_and_the_agent_lab_then_stops_on_c
     with _make_run(tmp_path, tmp_path / "second.log", port):
         wait_until(lambda: _query(database, LAB_NODES_SEEN) > seen, timeout=60, message="both agents to report again")
     assert _query(database, "SELECT COUNT(*) FROM fleet_agentjointoken") == 1
+
+
+def _children(var_dir) -> dict:
+    try:
+        return json.loads((var_dir / "run" / "children.json").read_text())["children"]
+    except (OSError, ValueError):
+        return {}
+
+
+def test_every_part_killed_comes_back_and_the_stack_keeps_serving(tmp_path):
+    """SIGKILL each child of run_embedded in turn: the supervisor restarts it (new pid, one more restart), the web
+    server answers again, and Ctrl-C still stops everything with status 0."""
+    port = free_port()
+    with _make_run(tmp_path, tmp_path / "run.log", port) as output:
+        parts = ["web", "worker", "beat", "watcher", "simulator", "agents"]
+        assert set(_children(tmp_path)) == set(parts)
+        for name in parts:
+            before = _children(tmp_path)[name]
+            os.kill(before["pid"], signal.SIGKILL)
+            after = wait_until(
+                lambda n=name, b=before: (
+                    (c := _children(tmp_path)[n])["restarts"] == b["restarts"] + 1
+                    and c["state"] == "running"
+                    and c["pid"] not in (None, b["pid"])
+                    and c
+                ),
+                timeout=90,
+                message=f"{name} to be restarted",
+            )
+            assert after["last_exit"] == -signal.SIGKILL
+            assert f"{name} exited with signal SIGKILL; restarting in" in output()
+        assert wait_until(lambda: _healthz(port), timeout=60, message="the web server to answer again") == 200
 
 
 def _query(database, sql: str):

@@ -9,7 +9,6 @@ agents. The old seeded rows (`seed_demo`) only come with --with-seed-demo.
 
 import os
 import secrets
-import signal
 import socket
 import ssl
 import subprocess
@@ -25,6 +24,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from agents.lab import LAB_CLUSTER, LAB_POOL, agent_lab_command
+from console.supervisor import ChildSpec, Supervisor
+from core.embedded import status_path
 from core.roles import Role
 from fleet import services as fleet_services
 from fleet.models import Cluster, Node
@@ -32,7 +33,6 @@ from worker.drivers import driver_for
 from worker.drivers.base import DriverError
 from worker.drivers.kubernetes.api import forget_client
 
-STOP_TIMEOUT = 15
 SIM_CLUSTER = "demo-sim"
 SIM_START_SECONDS = 60
 
@@ -43,10 +43,10 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _answers(url: str, ca_path) -> bool:
-    """The simulator's /healthz over HTTPS, trusting its own certificate."""
+def _answers(url: str, ca_path=None) -> bool:
+    """`url`/healthz answers 200 (over HTTPS trusting `ca_path`, the simulator's own certificate)."""
     try:
-        context = ssl.create_default_context(cafile=str(ca_path))
+        context = ssl.create_default_context(cafile=str(ca_path)) if ca_path else None
         with urllib.request.urlopen(url + "/healthz", timeout=2, context=context) as reply:
             return reply.status == 200
     except (OSError, ssl.SSLError):
@@ -82,6 +82,17 @@ def _wait_for_simulator(proc: subprocess.Popen, url: str, kubeconfig: Path, ca_p
             return
         if time.monotonic() > deadline:
             raise RuntimeError(f"the simulator did not answer within {SIM_START_SECONDS} s")
+        time.sleep(0.2)
+
+
+def _wait_for_web(proc: subprocess.Popen, url: str) -> None:
+    """Until the web server answers /healthz; raises when it exits or stays silent."""
+    deadline = time.monotonic() + SIM_START_SECONDS
+    while not _answers(url):
+        if proc.poll() is not None:
+            raise RuntimeError(f"the web server exited with status {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the web server did not answer within {SIM_START_SECONDS} s")
         time.sleep(0.2)
 
 
@@ -129,29 +140,34 @@ class Command(BaseCommand):
     def handle(self, *args, host, port, with_seed_demo, no_sim, sim_nodes, sim_port, sim_agents, **options):
         login = self._prepare_database(with_seed_demo)
         python, env = sys.executable, _child_env()
-        commands = _server_commands(python, host, port)
-        children: dict[str, subprocess.Popen] = {}
+        banner: list[str] = []
+        specs = [] if no_sim else [self._simulator_spec(python, env, sim_nodes, sim_port or _free_port(), banner)]
+        local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        server = _server_commands(python, host, port)
+        # The parts after the web server (the agents first) find it answering.
+        specs.append(
+            ChildSpec("web", server["web"], env, after_start=lambda p: _wait_for_web(p, f"http://{local}:{port}"))
+        )
+        specs += [ChildSpec("worker", server["worker"], env), ChildSpec("beat", server["beat"], env)]
+        if not no_sim:
+            watch = [python, str(settings.BASE_DIR / "manage.py"), "watch_clusters", "--rescan", "10"]
+            specs.append(ChildSpec("watcher", watch, env))
+        if not no_sim and sim_agents > 0:
+            lab = agent_lab_command(python=python, server=f"http://{local}:{port}", count=sim_agents)
+            specs.append(ChildSpec("agents", lab, env, essential=False))
+            banner.append(f"Agent lab: cluster {LAB_CLUSTER}, {sim_agents} simulated agent nodes in pool {LAB_POOL}")
+        supervisor = Supervisor(specs, status_path=status_path(), log=self.stderr.write)
         try:
-            banner = []
-            if not no_sim:
-                banner = self._start_simulator(children, python, env, sim_nodes, sim_port)
-                commands["watcher"] = [python, str(settings.BASE_DIR / "manage.py"), "watch_clusters", "--rescan", "10"]
-            if not no_sim and sim_agents > 0:
-                local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-                commands["agents"] = agent_lab_command(python=python, server=f"http://{local}:{port}", count=sim_agents)
-                banner.append(
-                    f"Agent lab: cluster {LAB_CLUSTER}, {sim_agents} simulated agent nodes in pool {LAB_POOL}"
-                )
-            for name, cmd in commands.items():
-                children[name] = subprocess.Popen(cmd, env=env, start_new_session=True)
+            supervisor.start_all()
         except (Exception, KeyboardInterrupt) as exc:
-            self._stop(children)
+            supervisor.stop_all()
             if isinstance(exc, KeyboardInterrupt):
                 return
             raise CommandError(f"Start-up failed: {exc}") from exc
         self._show_banner(f"http://{host}:{port}/", login, banner)
-        self._supervise(children)
-        self._stop(children)
+        if supervisor.run():
+            raise CommandError(f"Stopped: {', '.join(supervisor.failed)} kept failing (see the log above).")
+        self.stdout.write("Stopped.")
 
     def _prepare_database(self, with_seed_demo: bool) -> str:
         """Migrate, collect static files, ensure the admin login (returns its banner line), seed when asked."""
@@ -171,66 +187,37 @@ class Command(BaseCommand):
             self.stdout.write(line)
         self.stdout.write("API docs: " + url + "api/docs/   Stop: Ctrl-C\n")
 
-    def _supervise(self, children: dict[str, subprocess.Popen]) -> None:
-        """Until Ctrl-C (or TERM), or until a child of Tessera's exits."""
-        stopping = []
-        signal.signal(signal.SIGINT, lambda *a: stopping.append(True))
-        signal.signal(signal.SIGTERM, lambda *a: stopping.append(True))
-        while not stopping:
-            dead = [name for name, proc in children.items() if proc.poll() is not None]
-            if "agents" in dead:  # the demo lab is not Tessera: its end is reported, the rest keeps running
-                self.stderr.write("The simulated agents exited (their log is above); Tessera keeps running.")
-                del children["agents"]
-                dead.remove("agents")
-            if dead:
-                self.stderr.write(f"{', '.join(dead)} exited; stopping the others.")
-                break
-            time.sleep(0.5)
-
-    def _stop(self, children):
-        """TERM every child, wait for a warm shutdown, KILL what is left; the simulator goes last, so the
-        watcher and the worker never see their cluster vanish while they shut down."""
-        self.stdout.write("Stopping…")
-        for group in ([n for n in children if n != "simulator"], ["simulator"]):
-            procs = [children[name] for name in group if name in children]
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + STOP_TIMEOUT
-            for proc in procs:
-                try:
-                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        self.stdout.write("Stopped.")
-
-    def _start_simulator(self, children: dict, python: str, env: dict, nodes: int, port: int) -> list[str]:
-        """Start the simulated fleet (added to `children` at once), register it as cluster demo-sim (idempotent)
-        and point its ClusterPolicy at Tessera's ConfigMaps; returns the banner lines."""
+    def _simulator_spec(self, python: str, env: dict, nodes: int, port: int, banner: list[str]) -> ChildSpec:
+        """The simulated fleet: before each start its old kubeconfig goes; after it, Tessera waits for it, registers
+        it as cluster demo-sim (idempotent: a new certificate and token each start) and points its ClusterPolicy at
+        Tessera's ConfigMaps. Fills the banner lines."""
         sim_dir = settings.VAR_DIR / "sim"
         sim_dir.mkdir(parents=True, exist_ok=True)
         kubeconfig = sim_dir / "kubeconfig"
-        kubeconfig.unlink(missing_ok=True)
-        port = port or _free_port()
+        url = f"https://127.0.0.1:{port}"
         cmd = [python, "-m", "simulator", "--port", str(port), "--nodes", str(nodes), "--seed", "7",
                "--write-kubeconfig", str(kubeconfig), "--state-dir", str(sim_dir), "--apply-delay", "3"]  # fmt: skip
+
+        def after_start(proc: subprocess.Popen) -> None:
+            _wait_for_simulator(proc, url, kubeconfig, sim_dir / "apiserver.crt")
+            cluster = _register_simulator(url, kubeconfig)
+            try:
+                for line in driver_for(cluster).adopt_operator_configs():
+                    self.stdout.write(f"  {line}")
+            except DriverError as exc:  # the fleet still shows; rollouts wait for the ClusterPolicy (the UI says why)
+                self.stderr.write(f"  Could not point the ClusterPolicy at Tessera's ConfigMaps: {exc}")
+
         self.stdout.write(f"Starting the simulated GPU fleet ({nodes} nodes)…")
-        proc = children["simulator"] = subprocess.Popen(cmd, env=env, start_new_session=True)
-        url = f"https://127.0.0.1:{port}"
-        _wait_for_simulator(proc, url, kubeconfig, sim_dir / "apiserver.crt")
-        cluster = _register_simulator(url, kubeconfig)
-        try:
-            for line in driver_for(cluster).adopt_operator_configs():
-                self.stdout.write(f"  {line}")
-        except DriverError as exc:  # the fleet still shows; rollouts wait for the ClusterPolicy (the UI says why)
-            self.stderr.write(f"  Could not point the ClusterPolicy at Tessera's ConfigMaps: {exc}")
-        kubectl = f"kubectl --kubeconfig {kubeconfig} get nodes -L nvidia.com/gpu.product,nvidia.com/mig.config.state"
-        return [
+        columns = "nvidia.com/gpu.product,nvidia.com/mig.config,nvidia.com/mig.config.state"
+        banner += [
             f"Simulated fleet: cluster {SIM_CLUSTER}, {nodes} nodes at {url}",
             f"  kubeconfig: {kubeconfig}",
-            f"  try: {kubectl}",
+            f"  try: kubectl --kubeconfig {kubeconfig} get nodes -L {columns}",
         ]
+        return ChildSpec(
+            "simulator", cmd, env, essential=False, stop_last=True,
+            before_start=lambda: kubeconfig.unlink(missing_ok=True), after_start=after_start,
+        )  # fmt: skip
 
     def _ensure_admin(self) -> str:
         """Create the admin login once: from TESSERA_ADMIN_USERNAME/PASSWORD, or a generated password shown now."""
