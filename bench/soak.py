@@ -256,10 +256,8 @@ def _report(samples, kills, lost, flips, stopped_by_itself, code) -> int:
         # Over the samples of the part's last process (a killed part starts small again).
         last_pid = samples[-1]["pids"].get(name) if samples else None
         points = [(s["minute"], s["rss"].get(name, 0.0)) for s in settled if s["pids"].get(name) == last_pid]
-        span = f"{points[0][0]:.0f}–{points[-1][0]:.0f} min" if points else "no samples"
-        print(
-            f"  RSS {name:<10} {_slope_per_hour(points):+7.1f} MiB/h  ({span}, last {points[-1][1] if points else 0:.0f} MiB)"
-        )
+        span = f"{points[0][0]:.0f}–{points[-1][0]:.0f} min, last {points[-1][1]:.0f} MiB" if points else "no samples"
+        print(f"  RSS {name:<10} {_slope_per_hour(points):+7.1f} MiB/h  ({span})")
     for part in ("db", "wal", "broker", "sim", "agents", "other", "total"):
         points = [(s["minute"], s["var"][part]) for s in settled]
         print(f"  var/{part:<9} {_slope_per_hour(points):+7.2f} MiB/h")
