@@ -3,6 +3,7 @@
 import json
 from functools import wraps
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -16,6 +17,8 @@ from django_htmx.http import HttpResponseLocation
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core import services
+from core.audit import Actor
+from core.exceptions import ApplicationError
 from core.filtersets import AuditEventFilterSet
 from core.metrics import REGISTRY
 from core.models import AuditEvent
@@ -99,6 +102,22 @@ def render_table_page(request, template: str, partial: str, context: dict):
     return render(request, f"{template}#{partial}" if wants_fragment(request) else template, context)
 
 
+def confirm_delete(request, obj, *, key: str, kind: str, label: str, delete, done_url: str, template: str, counts):
+    """Ask (GET), then delete with `delete(actor)` (POST); a refusal (in use: 409) shows the page again with its
+    reason. `key` names the object in the template's context, `kind` fills its button, `label` its message."""
+    error, status = "", 200
+    if request.method == "POST":
+        try:
+            delete(Actor.for_user(request.user))
+        except ApplicationError as exc:
+            error, status = exc.message, exc.status
+        else:
+            messages.success(request, f"{label} {obj.name} deleted.")
+            return redirect_after_change(request, done_url)
+    context = {key: obj, "obj": obj, "kind": kind, "error": error, **counts}
+    return render(request, template, context, status=status)
+
+
 def form_add_service_errors(form, exc, *, fields: dict[str, str] | None = None) -> None:
     """Show an ApplicationError (or a model ValidationError) in a form: each message beside its field.
 
@@ -107,10 +126,10 @@ def form_add_service_errors(form, exc, *, fields: dict[str, str] | None = None) 
     errors = getattr(exc, "errors", None) or getattr(exc, "message_dict", None) or {}
     fields = fields or {}
     placed = False
-    for key, messages in errors.items():
+    for key, texts in errors.items():
         name = fields.get(key, key)
         target = name if name in form.fields else None
-        for message in messages:
+        for message in texts:
             form.add_error(target, message)
             placed = True
     if not placed:

@@ -13,7 +13,7 @@ from core.audit import Actor
 from core.exceptions import ApplicationError
 from core.models import AuditEvent
 from core.roles import Role, has_role
-from core.views import redirect_after_change, role_required
+from core.views import confirm_delete, redirect_after_change, role_required
 from fleet.models import Node, NodePool
 from sharing import services
 from sharing.display import layout_drawings, layout_lines
@@ -144,24 +144,17 @@ def profile_validate(request):
 def profile_delete(request, pk):
     """Ask, then delete; refused (409) while a pool, pin or schedule uses the profile."""
     profile = get_object_or_404(SharingProfile, pk=pk)
-    error, status = "", 200
-    if request.method == "POST":
-        try:
-            services.profile_delete(actor=Actor.for_user(request.user), profile=profile)
-        except ApplicationError as exc:
-            error, status = exc.message, exc.status
-        else:
-            messages.success(request, f"Profile {profile.name} deleted.")
-            return redirect_after_change(request, reverse("sharing:profile_list"))
-    context = {
-        "profile": profile,
-        "obj": profile,
-        "kind": "profile",
-        "error": error,
-        "pool_count": profile.pools.count(),
-        "pin_count": profile.pins.count(),
-    }
-    return render(request, "sharing/profile_confirm_delete.html", context, status=status)
+    return confirm_delete(
+        request,
+        profile,
+        key="profile",
+        kind="profile",
+        label="Profile",
+        delete=lambda actor: services.profile_delete(actor=actor, profile=profile),
+        done_url=reverse("sharing:profile_list"),
+        template="sharing/profile_confirm_delete.html",
+        counts={"pool_count": profile.pools.count(), "pin_count": profile.pins.count()},
+    )
 
 
 # --- pins ----------------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from core.audit import Actor
 from core.exceptions import ApplicationError
 from core.models import AuditEvent
 from core.roles import Role, has_role
-from core.views import form_add_service_errors, redirect_after_change, role_required, wants_fragment
+from core.views import confirm_delete, form_add_service_errors, redirect_after_change, role_required, wants_fragment
 from fleet.models import NodePool
 from scheduling.models import Schedule, ScheduleWindow
 from scheduling.selectors import qos_policy_impact
@@ -191,24 +191,17 @@ def qos_validate(request):
 def qos_delete(request, pk):
     """Ask, then delete; refused (409) while a pool or schedule uses the policy."""
     policy = get_object_or_404(QoSPolicy, pk=pk)
-    error, status = "", 200
-    if request.method == "POST":
-        try:
-            services.qos_policy_delete(actor=Actor.for_user(request.user), policy=policy)
-        except ApplicationError as exc:
-            error, status = exc.message, exc.status
-        else:
-            messages.success(request, f"QoS policy {policy.name} deleted.")
-            return redirect_after_change(request, reverse("console:qos_list"))
-    context = {
-        "policy": policy,
-        "obj": policy,
-        "kind": "policy",
-        "error": error,
-        "pool_count": policy.pools.count(),
-        "window_count": policy.schedule_windows.count(),
-    }
-    return render(request, "console/qos_confirm_delete.html", context, status=status)
+    return confirm_delete(
+        request,
+        policy,
+        key="policy",
+        kind="policy",
+        label="QoS policy",
+        delete=lambda actor: services.qos_policy_delete(actor=actor, policy=policy),
+        done_url=reverse("console:qos_list"),
+        template="console/qos_confirm_delete.html",
+        counts={"pool_count": policy.pools.count(), "window_count": policy.schedule_windows.count()},
+    )
 
 
 @role_required(Role.OPERATOR)
