@@ -11,10 +11,13 @@ from fleet.models import AgentCredential, Gpu, GpuEvent, Node, Pod
 
 
 def _gpu_events_over_cap(cap: int) -> int:
-    """Delete all but the `cap` newest events of each GPU that has more (an XID storm, a flapping ECC counter)."""
+    """Delete all but the `cap` newest events of each GPU that has more (an XID storm, a flapping ECC counter);
+    0 keeps them all."""
+    if cap <= 0:
+        return 0
     deleted = 0
     crowded = GpuEvent.objects.values("gpu_id").annotate(n=Count("pk")).filter(n__gt=cap).values_list("gpu_id")
-    for (gpu_id,) in crowded:
+    for (gpu_id,) in list(crowded):  # read before deleting from the same table
         events = GpuEvent.objects.filter(gpu_id=gpu_id)
         at, pk = events.order_by("-at", "-pk").values_list("at", "pk")[cap - 1]
         deleted += delete_in_batches(events.filter(Q(at__lt=at) | Q(at=at, pk__lt=pk)))

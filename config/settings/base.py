@@ -215,7 +215,7 @@ TESSERA = {
     },
     # How long history is kept, pruned daily in batches (docs/operations.md#bounded-state). The audit log is kept.
     "RETENTION": {
-        # XID and ECC events of a GPU: by age, and at most this many per GPU (an XID storm stays bounded).
+        # XID and ECC events of a GPU: by age, and at most this many per GPU (an XID storm stays bounded; 0: no cap).
         "GPU_EVENTS_DAYS": env.int("TESSERA_RETAIN_GPU_EVENTS_DAYS", default=90),
         "GPU_EVENTS_PER_GPU": env.int("TESSERA_RETAIN_GPU_EVENTS_PER_GPU", default=1000),
         # Nodes and GPUs gone from their cluster (a node still named by a kept rollout stays until that rollout goes).
