@@ -31,7 +31,8 @@ def unreferenced(queryset: models.QuerySet) -> models.QuerySet:
     model = queryset.model
     for relation in model._meta.related_objects:
         if relation.on_delete in (models.PROTECT, models.RESTRICT):
-            referencing = relation.related_model._base_manager.values(relation.field.attname)
+            column = relation.field.attname  # NULLs left out: NOT IN over a NULL would keep every row
+            referencing = relation.related_model._base_manager.filter(**{f"{column}__isnull": False}).values(column)
             queryset = queryset.exclude(**{f"{relation.field.target_field.attname}__in": referencing})
     return queryset
 
