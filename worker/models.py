@@ -58,7 +58,8 @@ class NodeChange(models.Model):
     """One node's step in a rollout: from which configs to which, its state machine, attempts and last error."""
 
     rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="changes")
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="changes")
+    # PROTECT: a gone node stays while a kept rollout names it (fleet.retention deletes only unreferenced nodes).
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="changes")
     position = models.PositiveIntegerField(help_text="Order within the rollout; the first ones are the canaries.")
     profile = models.ForeignKey(SharingProfile, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     from_config = models.JSONField(default=dict, help_text="What the node ran before: the rollback target.")

@@ -3,6 +3,7 @@
 from celery import shared_task
 from django.conf import settings
 
+from core.retention import PRUNE_SOFT_TIME_LIMIT, PRUNE_TIME_LIMIT
 from fleet.models import Cluster, NodePool
 from scheduling.services import pool_compliance_check
 from worker import admission as admission_module
@@ -12,6 +13,7 @@ from worker.choices import RolloutStatus
 from worker.inventory.cluster import cluster_health, scrape_metrics
 from worker.inventory.pods import sync_pods
 from worker.models import Rollout
+from worker.retention import worker_prune
 
 STEP_CHUNK = 50
 RECONCILE_TICK_SECONDS = 30  # beat's period for the tick (TESSERA_RECONCILE_SECONDS); it re-sends what expired
@@ -143,3 +145,9 @@ def admission_sync(cluster_id: int) -> dict:
     if cluster is None:
         return {}
     return admission_module.admission_sync(cluster=cluster).as_dict()
+
+
+@shared_task(soft_time_limit=PRUNE_SOFT_TIME_LIMIT, time_limit=PRUNE_TIME_LIMIT)
+def retention_prune() -> dict:
+    """Beat's daily prune of rollout history: rollouts finished long ago, with their node changes."""
+    return worker_prune()

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import environ
+from celery.schedules import crontab
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 env = environ.Env()
@@ -78,11 +79,16 @@ TEMPLATES = [
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'tessera.sqlite3'}")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # web, worker, beat and the cluster watcher share one file: WAL lets readers run beside a writer,
-    # IMMEDIATE transactions and a long timeout turn lock contention into waiting instead of errors.
+    # IMMEDIATE transactions and a long timeout turn lock contention into waiting instead of errors. The WAL is
+    # checkpointed every 1000 pages (4 MiB) and cut back to 16 MiB after a checkpoint that outgrew it (readers can
+    # hold a checkpoint back); the daily prune truncates it (core.retention).
     DATABASES["default"]["OPTIONS"] = {
         "timeout": 20,
         "transaction_mode": "IMMEDIATE",
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "init_command": (
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=1000; "
+            "PRAGMA journal_size_limit=16777216;"
+        ),
     }
 # Persistent connections, SQLite included: a SQLite connection that closes as the file's last one checkpoints and
 # deletes the WAL, several fsyncs that made every write request ~5 ms slower (bench B2).
@@ -172,7 +178,11 @@ if CELERY_BROKER_URL.startswith(("filesystem://", "tessera-fs://")):
     }
 CELERY_RESULT_BACKEND = "django-db"
 CELERY_RESULT_EXTENDED = False
-CELERY_RESULT_EXPIRES = 3600
+# Nothing reads a task's result (tasks write their outcome to the database; the worker logs failures): storing one
+# was a SQLite write per task, ~16,000 rows a day with `make run` idle. Rows from before go in core.retention's prune;
+# no expiry here, so Celery's own cleanup (one unbatched DELETE) is not scheduled.
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_EXPIRES = None
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -203,7 +213,26 @@ TESSERA = {
         "wait_minutes": env.int("TESSERA_ROLLOUT_WAIT_MINUTES", default=30),
         "verify_timeout_seconds": env.int("TESSERA_ROLLOUT_VERIFY_TIMEOUT", default=600),
     },
+    # How long history is kept, pruned daily in batches (docs/operations.md#bounded-state). The audit log is kept.
+    "RETENTION": {
+        # XID and ECC events of a GPU: by age, and at most this many per GPU (an XID storm stays bounded; 0: no cap).
+        "GPU_EVENTS_DAYS": env.int("TESSERA_RETAIN_GPU_EVENTS_DAYS", default=90),
+        "GPU_EVENTS_PER_GPU": env.int("TESSERA_RETAIN_GPU_EVENTS_PER_GPU", default=1000),
+        # Nodes and GPUs gone from their cluster (a node still named by a kept rollout stays until that rollout goes).
+        "GONE_DAYS": env.int("TESSERA_RETAIN_GONE_DAYS", default=30),
+        # Agent credentials replaced by a re-registration, or revoked by an admin.
+        "REVOKED_CREDENTIALS_DAYS": env.int("TESSERA_RETAIN_REVOKED_CREDENTIALS_DAYS", default=30),
+        # Finished rollouts (succeeded, failed, cancelled) with their node changes; running or paused ones stay.
+        "ROLLOUTS_DAYS": env.int("TESSERA_RETAIN_ROLLOUTS_DAYS", default=180),
+        # Celery task results (none are stored since CELERY_TASK_IGNORE_RESULT; rows from before go).
+        "TASK_RESULTS_DAYS": env.int("TESSERA_RETAIN_TASK_RESULTS_DAYS", default=1),
+        # Rows deleted per transaction: a first prune of a large backlog never holds the write lock for long.
+        "BATCH_SIZE": env.int("TESSERA_RETAIN_BATCH_SIZE", default=500),
+    },
 }
+# The daily prunes (UTC, off-peak): each app prunes what it owns. Rollouts first (a gone node stays while a kept
+# rollout names it), then the fleet, then core, which also checkpoints and truncates the SQLite WAL.
+PRUNE_HOUR = env.int("TESSERA_PRUNE_HOUR", default=3)
 CELERY_BEAT_SCHEDULE = {
     "qos-compliance": {
         "task": "worker.tasks.qos_compliance_refresh",
@@ -231,6 +260,21 @@ CELERY_BEAT_SCHEDULE = {
         "task": "worker.tasks.clusters_sync_admission",
         "schedule": env.float("TESSERA_ADMISSION_SECONDS", default=60.0),
         "options": {"expires": 60},
+    },
+    "worker-retention-prune": {
+        "task": "worker.tasks.retention_prune",
+        "schedule": crontab(hour=PRUNE_HOUR, minute=5),
+        "options": {"expires": 3600},
+    },
+    "fleet-retention-prune": {
+        "task": "fleet.tasks.retention_prune",
+        "schedule": crontab(hour=PRUNE_HOUR, minute=20),
+        "options": {"expires": 3600},
+    },
+    "core-retention-prune": {
+        "task": "core.tasks.retention_prune",
+        "schedule": crontab(hour=PRUNE_HOUR, minute=40),
+        "options": {"expires": 3600},
     },
 }
 
