@@ -7,7 +7,6 @@ from django.db.models import Count, Prefetch
 
 from fleet.choices import ClusterDriver
 from fleet.models import Gpu, Node, NodePool, Pod
-from sharing.mig import UnknownProductError
 from sharing.models import PoolSharing, SharingProfile
 from sharing.qos import PodView
 from sharing.spec import NodeConfig, allocatable, mig_mode_changes, node_config, node_validation_errors
@@ -82,12 +81,9 @@ def node_impact(profile: SharingProfile, node: Node) -> NodeImpact:
     errors = node_validation_errors(spec, gpus)
     if errors:
         return NodeImpact(node, errors, before, {}, "none", [])
-    try:
-        config = node_config(spec, gpus)
-        after = allocatable(spec, gpus)
-        resets = mig_mode_changes(spec, [(g.index, g.product, g.mig_enabled) for g in node.live_gpus])
-    except UnknownProductError as exc:
-        return NodeImpact(node, [str(exc)], before, {}, "none", [])
+    config = node_config(spec, gpus)
+    after = allocatable(spec, gpus)
+    resets = mig_mode_changes(spec, [(g.index, g.product, g.mig_enabled) for g in node.live_gpus])
     if resets:
         disruption = "gpu-reset"
     elif _geometry_changes(spec, node.live_gpus):
