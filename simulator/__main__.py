@@ -80,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--mig-strategy",
-        choices=("mixed", "single"),
+        choices=("mixed", "single", "none"),
         default="mixed",
         help="ClusterPolicy spec.mig.strategy (default %(default)s; the GPU Operator's Helm default is single)",
     )

@@ -27,6 +27,7 @@ from fleet.observations import GpuMetrics, GpuObservation, MigDeviceObservation,
 from fleet.services import (
     NODE_FIELDS,
     cluster_record_contact,
+    cluster_record_policy,
     gpu_health,
     gpu_metrics_record,
     inventory_record,
@@ -520,7 +521,8 @@ def sync_pods(cluster) -> int:
 
 def cluster_health(cluster, *, record: bool = True) -> HealthReport:
     """API reachable, ClusterPolicy found, MIG and device-plugin ConfigMaps managed by Tessera; the first problem
-    is stored on the cluster (connection state error + last_error) so the UI says it plainly."""
+    is stored on the cluster (connection state error + last_error) so the UI says it plainly. The policy's MIG
+    strategy and the device plugin's version are stored whenever the policy was read."""
     try:
         report = Operator(k8s.api_client(cluster), cluster.operator_namespace, cluster.name).health()
     except DriverError as exc:
@@ -529,6 +531,10 @@ def cluster_health(cluster, *, record: bool = True) -> HealthReport:
     except Exception as exc:
         report = HealthReport()
         report.add("api_reachable", False, f"{cluster.name}: {k8s.error_text(exc)}")
+    if report.policy is not None:
+        cluster_record_policy(
+            cluster, mig_strategy=report.policy.mig_strategy, device_plugin_version=report.device_plugin_version
+        )
     if record:
         cluster_record_contact(cluster, report.problem, reached=report.reachable)
     return report

@@ -257,6 +257,24 @@ def test_health_says_plainly_when_the_cluster_policy_is_not_tesseras(sim, cluste
 
 
 @pytest.mark.django_db
+def test_health_stores_the_cluster_policys_mig_strategy_and_plugin_version(sim, cluster):
+    assert cluster.cluster_policy_read_at is None
+    sync.cluster_health(cluster, record=False)  # the watcher's call: the policy is stored all the same
+    cluster.refresh_from_db()
+    assert (cluster.mig_strategy, cluster.device_plugin_version) == ("mixed", "v0.20.0")
+    assert cluster.cluster_policy_read_at is not None and cluster.mps_honours_fail_false is True
+    with config.new_client_from_config(config_file=sim.kubeconfig_path) as api:
+        patch = {"spec": {"mig": {"strategy": None}, "devicePlugin": {"version": None}}}
+        client.CustomObjectsApi(api).patch_cluster_custom_object(
+            "nvidia.com", "v1", "clusterpolicies", "cluster-policy", patch, _content_type=MERGE
+        )
+    sync.cluster_health(cluster)
+    cluster.refresh_from_db()
+    # Not set: each node's config decides; no version in the policy: the tag of the DaemonSet's plugin container.
+    assert (cluster.mig_strategy, cluster.device_plugin_version) == ("", "v0.20.0")
+
+
+@pytest.mark.django_db
 def test_health_of_an_unreachable_cluster(sim, cluster):
     driver_for(cluster)  # the client is built (and cached) while the kubeconfig still exists
     sim.stop()
