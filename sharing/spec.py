@@ -190,28 +190,34 @@ def single_strategy_problem(layouts: Sequence[Mapping[str, int] | None]) -> str 
 
 
 def strategy_problems(spec: ProfileSpec, strategy: str, gpu_indices: Sequence[int] = ()) -> list[str]:
-    """Why the device plugin cannot run this profile under a cluster's MIG strategy, or [].
+    """Why the device plugin cannot run this profile under a cluster's MIG strategy, or [] (texts to read after
+    "under which").
 
     The GPU Operator sets the plugin's MIG_STRATEGY from ClusterPolicy spec.mig.strategy, and it beats
     flags.migStrategy in any config Tessera renders (§1.2); "" (not set) leaves the rendered config in charge, so
     it has no rule. With a node's GPU indices, GPUs without a layout entry count as MIG off."""
     if spec.mode == "mps" and strategy == "mixed":
-        return [
-            "the device plugin refuses MPS under the mixed MIG strategy: it exits at start-up, and the node then "
-            "advertises no GPU at all (§3.3)"
-        ]
+        return ["the device plugin refuses MPS (it exits at start-up: the node advertises no GPU)"]
     if spec.mode != "mig":
         return []
     if strategy == "none":
-        return [
-            "under the none MIG strategy the device plugin advertises MIG-enabled GPUs whole, never their MIG devices"
-        ]
+        return ["the device plugin advertises MIG-enabled GPUs whole, never their MIG devices"]
     if strategy == "single":
         layouts = [spec.layout_for(i) for i in gpu_indices] if gpu_indices else list(spec.mig_layouts.values())
         problem = single_strategy_problem(layouts)
         if problem:
-            return [f"under the single MIG strategy {problem}, or the device plugin advertises no GPU (§3.6)"]
+            return [f"{problem}, or the device plugin advertises no GPU"]
     return []
+
+
+def cluster_strategy_problems(
+    spec: ProfileSpec, cluster: str, strategy: str, gpu_indices: Sequence[int] = ()
+) -> list[str]:
+    """`strategy_problems` phrased for an admin: the cluster, the setting that decides, and the rule."""
+    return [
+        f"cluster {cluster}'s ClusterPolicy sets spec.mig.strategy={strategy}, under which {problem}"
+        for problem in strategy_problems(spec, strategy, gpu_indices)
+    ]
 
 
 def under_cluster_strategy(spec: ProfileSpec, strategy: str) -> ProfileSpec:

@@ -7,6 +7,7 @@ from sharing.render import parse_device_plugin_config, parse_mig_parted_config
 from sharing.spec import (
     ProfileSpec,
     allocatable,
+    cluster_strategy_problems,
     mig_mode_changes,
     mps_honours_fail_false,
     node_config,
@@ -196,9 +197,9 @@ def test_which_plugin_versions_honour_mps_fail_false(version, honours):
 
 def test_mps_cannot_run_under_mixed():
     mps = ProfileSpec("mps", (H100,), replicas=4)
-    assert strategy_problems(mps, "mixed") == [
-        "the device plugin refuses MPS under the mixed MIG strategy: it exits at start-up, and the node then "
-        "advertises no GPU at all (§3.3)"
+    assert cluster_strategy_problems(mps, "prod", "mixed") == [
+        "cluster prod's ClusterPolicy sets spec.mig.strategy=mixed, under which the device plugin refuses MPS "
+        "(it exits at start-up: the node advertises no GPU)"
     ]
     assert strategy_problems(mps, "single") == strategy_problems(mps, "none") == strategy_problems(mps, "") == []
 

@@ -334,6 +334,20 @@ def test_node_preview_and_refusal_reasons(client, operator, mig7):
     assert "Pin 2 nodes to mig-7" in html and "disabled" in html
 
 
+def test_preview_names_the_cluster_and_rule_its_mig_strategy_breaks(client, operator, actor):
+    cluster = ClusterFactory(name="prod-east", mig_strategy="mixed")
+    node = make_node(cluster=cluster, name="h")
+    mps = services.profile_create(actor=actor, name="mps-4", mode="mps", target_products=[H100], replicas=4)
+    url = reverse("console:profile_preview", args=[mps.pk]) + f"?nodes={node.pk}"
+    response = login(client, operator).get(url)
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "mps-4 cannot run there: cluster prod-east&#x27;s ClusterPolicy sets spec.mig.strategy=mixed" in html
+    assert "Pin 1 node to mps-4" not in html
+    response = client.post(reverse("console:profile_pin", args=[mps.pk]), {"nodes": [node.pk]})
+    assert response.status_code == 400 and not NodePin.objects.exists()
+
+
 def test_preview_without_scope_asks_for_one(client, viewer, mig7):
     response = login(client, viewer).get(reverse("console:profile_preview", args=[mig7.pk]))
     assert response.status_code == 200 and b"Preview on which nodes?" in response.content
