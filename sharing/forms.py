@@ -116,14 +116,25 @@ class ProfileForm(forms.Form):
         label="Layout of every GPU",
         help_text='e.g. "1g.10gb x7", "3g.40gb x2 + 1g.10gb x1", or "off" for MIG disabled',
     )
-    mig_strategy = forms.ChoiceField(choices=MigStrategy.choices, initial=MigStrategy.MIXED, label="MIG strategy")
+    mig_strategy = forms.ChoiceField(
+        choices=MigStrategy.choices,
+        initial=MigStrategy.MIXED,
+        label="MIG strategy",
+        help_text="Where a cluster's ClusterPolicy sets spec.mig.strategy, the GPU Operator runs the device plugin "
+        "with that strategy instead; this one applies where it sets none.",
+    )
     replicas = forms.IntegerField(
         required=False, initial=1, label="Replicas per GPU", help_text="Time-slicing or MPS clients per GPU"
     )
     mps_active_thread_percentage = forms.IntegerField(required=False, label="Active thread percentage (%)")
     mps_pinned_memory_limit_mib = forms.IntegerField(required=False, label="Pinned memory limit (MiB)")
     rename_shared = forms.BooleanField(required=False, label="Rename the resource to …gpu.shared")
-    fail_requests_greater_than_one = forms.BooleanField(required=False, label="Fail requests for more than 1 replica")
+    fail_requests_greater_than_one = forms.BooleanField(
+        required=False,
+        label="Fail requests for more than 1 replica",
+        help_text="Under MPS, device plugin v0.20.0 and later honour it either way; older versions refuse requests "
+        "for more than one replica whatever it says.",
+    )
     time_slice_interval = forms.ChoiceField(
         choices=TimeSliceInterval.choices, initial=TimeSliceInterval.DEFAULT, label="Time-slice length"
     )

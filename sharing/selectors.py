@@ -12,6 +12,7 @@ from sharing.models import PoolSharing, SharingProfile
 from sharing.qos import PodView
 from sharing.spec import (
     NodeConfig,
+    ProfileSpec,
     allocatable,
     cluster_strategy_problems,
     mig_mode_changes,
@@ -96,6 +97,16 @@ def cluster_strategy_errors(profile: SharingProfile, nodes, clusters: tuple[Clus
     checks += [(cluster.name, cluster.mig_strategy, []) for cluster in clusters]
     messages = [m for name, strategy, gpus in checks for m in cluster_strategy_problems(spec, name, strategy, gpus)]
     return list(dict.fromkeys(messages))
+
+
+def profile_on_clusters(profile_spec: ProfileSpec) -> list[dict]:
+    """Each Kubernetes cluster whose ClusterPolicy has been read, with the rules its MIG strategy says this profile
+    breaks there (for the profile's pages; the cluster's device-plugin version says what MPS requests get)."""
+    clusters = Cluster.objects.exclude(cluster_policy_read_at=None).order_by("name")
+    return [
+        {"cluster": c, "problems": cluster_strategy_problems(profile_spec, c.name, c.mig_strategy)}
+        for c in clusters.only("pk", "name", "mig_strategy", "device_plugin_version")
+    ]
 
 
 def refuse_under_cluster_strategies(profile: SharingProfile, nodes, clusters: tuple[Cluster, ...] = ()) -> None:

@@ -5,6 +5,7 @@ import re
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from core.audit import Actor
 from core.models import AuditEvent
@@ -188,6 +189,27 @@ def test_profile_page_draws_the_layout_per_product(client, viewer, actor):
     assert "GPU 1" in html and "MIG off" in html
     assert html.count('<rect class="mig-device') == 2  # one 1g.10gb drawn per product
     assert "nvidia.com/mig-1g.10gb: 1" in html
+
+
+def test_mps_profile_page_says_what_each_clusters_device_plugin_does(client, viewer, admin_user, actor):
+    now = timezone.now()
+    ClusterFactory(
+        name="old-plugin", mig_strategy="single", device_plugin_version="v0.17.0", cluster_policy_read_at=now
+    )
+    ClusterFactory(name="new-plugin", mig_strategy="", device_plugin_version="v0.20.0", cluster_policy_read_at=now)
+    ClusterFactory(name="mixed-one", mig_strategy="mixed", device_plugin_version="v0.20.0", cluster_policy_read_at=now)
+    ClusterFactory(name="never-read")
+    profile = services.profile_create(actor=actor, name="mps-4", mode="mps", target_products=[H100], replicas=4)
+    html = login(client, viewer).get(profile.get_absolute_url()).content.decode()
+    section = html[html.index('id="clusters-heading"') :]
+    assert section.index("mixed-one") < section.index("new-plugin") < section.index("old-plugin")
+    assert "never-read" not in section
+    assert "Older than v0.20.0: under MPS it refuses every request for more than one replica" in section
+    assert "v0.20.0 or later: an MPS client may ask for more than one replica" in section
+    assert "Refused</span> cluster mixed-one&#x27;s ClusterPolicy sets spec.mig.strategy=mixed" in section
+    html = login(client, admin_user).get(reverse("sharing:profile_update", args=[profile.pk])).content.decode()
+    assert "device plugin v0.20.0 and later honour it either way" in html
+    assert "Older than v0.20.0" in html and "spec.mig.strategy=mixed, under which" in html
 
 
 # --- editor ----------------------------------------------------------------------------------------------------
