@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from fleet.choices import ClusterDriver, ClusterMigStrategy, ConfigState, ConnectionState, GpuHealth, SharingMode
 from fleet.querysets import ClusterQuerySet, GpuQuerySet, MigDeviceQuerySet, NodePoolQuerySet, NodeQuerySet
-from sharing.spec import mps_honours_fail_false
+from sharing.spec import catalog_product, mps_honours_fail_false
 
 
 class Cluster(models.Model):
@@ -221,6 +221,12 @@ class Gpu(models.Model):
         if self.memory_used_mib is None or not self.memory_mib:
             return None
         return round(100 * self.memory_used_mib / self.memory_mib, 1)
+
+    @property
+    def in_mig_catalog(self) -> bool:
+        """Whether Tessera's MIG catalog knows this model; one it does not is still shared whole (passthrough,
+        time-slicing, MPS), never split."""
+        return catalog_product(self.product) is not None
 
 
 class MigDevice(models.Model):

@@ -234,3 +234,28 @@ def test_a_profile_change_the_clusters_strategy_cannot_run_is_refused(admin_api,
         f"/api/v1/profiles/{pk}/", {"mig_layouts": UNEQUAL_PROFILE["mig_layouts"]}, format="json"
     )
     assert response.status_code == 400 and "spec.mig.strategy=single" in response.json()["message"]
+
+
+# --- GPUs outside the MIG catalog --------------------------------------------------------------------------------
+
+UNKNOWN = "NVIDIA-Tesla-V100-SXM2-32GB"
+
+
+def test_a_gpu_outside_the_mig_catalog_is_shared_whole_but_never_split(admin_api, operator_api, viewer_api):
+    node = NodeFactory(allocatable={"nvidia.com/gpu": 2})
+    for index in range(2):
+        GpuFactory(node=node, index=index, product=UNKNOWN)
+    shared = {"name": "ts-4", "mode": "time_slicing", "target_products": [UNKNOWN], "replicas": 4}
+    created = admin_api.post("/api/v1/profiles/", shared, format="json")
+    assert created.status_code == 201, created.json()
+    pk = created.json()["id"]
+    preview = viewer_api.post(f"/api/v1/profiles/{pk}/preview/", {"nodes": [node.pk]}, format="json")
+    (item,) = preview.json()["nodes"]
+    assert item["errors"] == [] and item["allocatable_after"] == {"nvidia.com/gpu": 8} and not item["mig_config"]
+    assert operator_api.post(f"/api/v1/profiles/{pk}/pin/", {"nodes": [node.pk]}, format="json").status_code == 200
+    mig = {"name": "split", "mode": "mig", "target_products": [UNKNOWN], "mig_layouts": {"all": "1g.5gb x7"}}
+    refused = admin_api.post("/api/v1/profiles/", mig, format="json")
+    assert refused.status_code == 400
+    assert refused.json()["errors"]["target_products"] == [
+        f"{UNKNOWN} is not in Tessera's MIG catalog: MIG needs a known GPU model."
+    ]

@@ -215,6 +215,18 @@ def test_mps_profile_page_says_what_each_clusters_device_plugin_does(client, vie
 # --- editor ----------------------------------------------------------------------------------------------------
 
 
+def test_editor_offers_the_gpus_the_fleet_reports_outside_the_mig_catalog(client, admin_user):
+    make_node(product="NVIDIA-Tesla-V100-SXM2-32GB", gpus=1)
+    html = login(client, admin_user).get(reverse("sharing:profile_create")).content.decode()
+    assert "NVIDIA-Tesla-V100-SXM2-32GB · not in the MIG catalog (no MIG)" in html
+    data = editor_data(
+        name="v100-ts", mode="time_slicing", target_products=["NVIDIA-Tesla-V100-SXM2-32GB"], replicas="4"
+    )
+    response = client.post(reverse("sharing:profile_create"), data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert SharingProfile.objects.get(name="v100-ts").target_products == ["NVIDIA-Tesla-V100-SXM2-32GB"]
+
+
 def test_create_a_mig_profile(client, admin_user):
     response = login(client, admin_user).post(reverse("sharing:profile_create"), editor_data())
     profile = SharingProfile.objects.get(name="mig-small")
