@@ -9,11 +9,14 @@ import pytest
 from kubernetes import client, config
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.audit import Actor
+from core.exceptions import ApplicationError
 from fleet.models import Cluster, Gpu, MigDevice, Node, Pod
+from sharing import services as sharing_services
 from sharing.qos import qos_class
 from simulator import Simulator
 from simulator.resources import NODES, PODS
-from tests.factories import ClusterFactory
+from tests.factories import ClusterFactory, NodePoolFactory
 from tests.processes import wait_until
 from worker import sync
 from worker.drivers import driver_for
@@ -272,6 +275,27 @@ def test_health_stores_the_cluster_policys_mig_strategy_and_plugin_version(sim, 
     cluster.refresh_from_db()
     # Not set: each node's config decides; no version in the policy: the tag of the DaemonSet's plugin container.
     assert (cluster.mig_strategy, cluster.device_plugin_version) == ("", "v0.20.0")
+
+
+@pytest.mark.django_db
+def test_mps_is_refused_while_the_cluster_policy_says_mixed(sim, cluster, admin_user):
+    actor = Actor.for_user(admin_user)
+    sync.sync_cluster_full(cluster, metrics=False)
+    pool = NodePoolFactory(cluster=cluster)
+    Node.objects.filter(name=L4).update(pool=pool)
+    product = Gpu.objects.filter(node__name=L4).values_list("product", flat=True).first()
+    mps = sharing_services.profile_create(actor=actor, name="mps-4", mode="mps", target_products=[product], replicas=4)
+    sync.cluster_health(cluster)
+    with pytest.raises(ApplicationError) as refused:
+        sharing_services.pool_set_profile(actor=actor, pool=pool, profile=mps)
+    assert "cluster sim's ClusterPolicy sets spec.mig.strategy=mixed" in refused.value.message
+    with config.new_client_from_config(config_file=sim.kubeconfig_path) as api:
+        patch = {"spec": {"mig": {"strategy": "single"}}}
+        client.CustomObjectsApi(api).patch_cluster_custom_object(
+            "nvidia.com", "v1", "clusterpolicies", "cluster-policy", patch, _content_type=MERGE
+        )
+    sync.cluster_health(cluster)
+    assert sharing_services.pool_set_profile(actor=actor, pool=pool, profile=mps).profile == mps
 
 
 @pytest.mark.django_db
