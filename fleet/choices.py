@@ -8,6 +8,16 @@ class ClusterDriver(models.TextChoices):
     AGENT = "agent", "Tessera node agent"
 
 
+class ClusterMigStrategy(models.TextChoices):
+    """The device plugin's MIG strategy as the GPU Operator sets it from ClusterPolicy spec.mig.strategy (contracts
+    §1.2); NOT_SET leaves each node's device-plugin config in charge."""
+
+    NOT_SET = "", "Not set (each node's device-plugin config decides)"
+    NONE = "none", "none (MIG devices not advertised)"
+    SINGLE = "single", "single (MIG devices as nvidia.com/gpu, one profile per node)"
+    MIXED = "mixed", "mixed (nvidia.com/mig-<profile> resources; no MPS)"
+
+
 class SharingMode(models.TextChoices):
     """How a GPU is shared: the four ways of the product."""
 

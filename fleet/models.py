@@ -5,8 +5,9 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
-from fleet.choices import ClusterDriver, ConfigState, ConnectionState, GpuHealth, SharingMode
+from fleet.choices import ClusterDriver, ClusterMigStrategy, ConfigState, ConnectionState, GpuHealth, SharingMode
 from fleet.querysets import ClusterQuerySet, GpuQuerySet, MigDeviceQuerySet, NodePoolQuerySet, NodeQuerySet
+from sharing.spec import catalog_product, mps_honours_fail_false
 
 
 class Cluster(models.Model):
@@ -24,6 +25,11 @@ class Cluster(models.Model):
     last_contact_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
+    # Read from the GPU Operator's ClusterPolicy by the health check (Kubernetes clusters only): the strategy the
+    # device plugin runs under whatever Tessera renders, and the plugin's image tag (what MPS honours depends on it).
+    mig_strategy = models.CharField(max_length=10, choices=ClusterMigStrategy.choices, blank=True)
+    device_plugin_version = models.CharField(max_length=100, blank=True)
+    cluster_policy_read_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -44,6 +50,12 @@ class Cluster(models.Model):
 
     def get_absolute_url(self):
         return reverse("fleet:cluster_detail", args=[self.pk])
+
+    @property
+    def mps_honours_fail_false(self) -> bool | None:
+        """Whether this cluster's device plugin lets an MPS client ask for more than one replica when a profile
+        allows it (v0.20.0+, contracts §3.3); None while its version is unknown."""
+        return mps_honours_fail_false(self.device_plugin_version)
 
 
 class NodePool(models.Model):
@@ -209,6 +221,12 @@ class Gpu(models.Model):
         if self.memory_used_mib is None or not self.memory_mib:
             return None
         return round(100 * self.memory_used_mib / self.memory_mib, 1)
+
+    @property
+    def in_mig_catalog(self) -> bool:
+        """Whether Tessera's MIG catalog knows this model; one it does not is still shared whole (passthrough,
+        time-slicing, MPS), never split."""
+        return catalog_product(self.product) is not None
 
 
 class MigDevice(models.Model):

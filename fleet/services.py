@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from core.exceptions import ApplicationError
 from fleet import enqueue
-from fleet.choices import ConnectionState
+from fleet.choices import ClusterMigStrategy, ConnectionState
 from fleet.labels import parse_selector, selector_matches
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool, Pod
 from fleet.observations import GpuMetrics, MigDeviceObservation, NodeObservation, PodObservation
@@ -122,6 +122,19 @@ def cluster_record_contact(
     for key, value in values.items():
         setattr(cluster, key, value)
     return True
+
+
+def cluster_record_policy(cluster: Cluster, *, mig_strategy: str, device_plugin_version: str, now=None) -> None:
+    """Record what the cluster's ClusterPolicy says at each health check: the MIG strategy the device plugin runs
+    under (an unknown value is kept as not set) and its version. One update, `updated_at` left alone."""
+    values = {
+        "mig_strategy": mig_strategy if mig_strategy in ClusterMigStrategy.values else ClusterMigStrategy.NOT_SET,
+        "device_plugin_version": device_plugin_version[:100],
+        "cluster_policy_read_at": now or timezone.now(),
+    }
+    Cluster.objects.filter(pk=cluster.pk).update(**values)
+    for key, value in values.items():
+        setattr(cluster, key, value)
 
 
 @transaction.atomic

@@ -17,7 +17,14 @@ from sharing.qos import check_pods, consistency_errors, flagged_share
 from sharing.render import content_name
 from sharing.selectors import pool_pod_views, profiles_under_pool_policy
 from sharing.services import kubelet_mismatches
-from sharing.spec import NodeConfig, node_config, node_validation_errors
+from sharing.spec import (
+    NodeConfig,
+    ProfileSpec,
+    cluster_strategy_problems,
+    node_config,
+    node_validation_errors,
+    under_cluster_strategy,
+)
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,7 @@ class DesiredVsObserved:
     config_state: str
     in_sync: bool | None
     problems: tuple[str, ...] = ()
+    spec: ProfileSpec | None = None  # the profile as the node's cluster runs it (its MIG strategy)
     config: NodeConfig | None = None
     # Agent nodes also get the QoS policy's GPU settings and host tuning, part of what their config id names.
     node_settings: dict | None = None
@@ -131,14 +139,17 @@ def gpu_shapes(node_ids) -> dict[int, tuple[tuple[int, str], ...]]:
     return {node_id: tuple(sorted(gpus)) for node_id, gpus in shapes.items()}
 
 
-def _agent_cluster_ids(nodes) -> set[int]:
-    """Clusters of these nodes that use the agent driver; no query when the nodes carry their cluster already."""
+def _cluster_facts(nodes) -> dict[int, tuple[str, str, str]]:
+    """(name, driver, MIG strategy) of these nodes' clusters; no query when the nodes carry their cluster already."""
     cached = Node._meta.get_field("cluster")
-    drivers = {n.cluster_id: n.cluster.driver for n in nodes if cached.is_cached(n)}
-    missing = {n.cluster_id for n in nodes} - set(drivers)
+    facts = {
+        n.cluster_id: (n.cluster.name, n.cluster.driver, n.cluster.mig_strategy) for n in nodes if cached.is_cached(n)
+    }
+    missing = {n.cluster_id for n in nodes} - set(facts)
     if missing:
-        drivers.update(Cluster.objects.filter(pk__in=missing).values_list("pk", "driver"))
-    return {pk for pk, driver in drivers.items() if driver == ClusterDriver.AGENT}
+        rows = Cluster.objects.filter(pk__in=missing).values_list("pk", "name", "driver", "mig_strategy")
+        facts.update((pk, tuple(rest)) for pk, *rest in rows)
+    return facts
 
 
 def desired_vs_observed(nodes, *, at=None) -> list[DesiredVsObserved]:
@@ -146,20 +157,27 @@ def desired_vs_observed(nodes, *, at=None) -> list[DesiredVsObserved]:
     nodes = list(nodes)
     states = desired_states(nodes, at=at)
     shapes = gpu_shapes(n.pk for n in nodes)
-    agent_clusters = _agent_cluster_ids(nodes)
-    rendered: dict[tuple, tuple[NodeConfig | None, tuple[str, ...]]] = {}
+    clusters = _cluster_facts(nodes)
+    agent_clusters = {pk for pk, (_, driver, _) in clusters.items() if driver == ClusterDriver.AGENT}
+    rendered: dict[tuple, tuple[ProfileSpec, NodeConfig | None, tuple[str, ...]]] = {}
     rows = []
     for node in nodes:
         state = states[node.pk]
-        config, problems = None, ()
+        spec, config, problems = None, None, ()
         gpus = shapes.get(node.pk, ())
         if state.profile is not None:
-            key = (state.profile.pk, state.profile.updated_at, gpus)
+            cluster, _, strategy = clusters[node.cluster_id]
+            key = (state.profile.pk, state.profile.updated_at, gpus, cluster, strategy)
             if key not in rendered:
-                spec = state.profile.to_spec()
-                errors = tuple(node_validation_errors(spec, gpus))
-                rendered[key] = (None if errors else node_config(spec, gpus), errors)
-            config, problems = rendered[key]
+                # As the cluster runs it: its ClusterPolicy's MIG strategy decides the resources (contracts §1.2).
+                spec = under_cluster_strategy(state.profile.to_spec(), strategy)
+                indices = [index for index, _ in gpus]
+                errors = (
+                    *cluster_strategy_problems(spec, cluster, strategy, indices),
+                    *node_validation_errors(spec, gpus),
+                )
+                rendered[key] = (spec, None if errors else node_config(spec, gpus), errors)
+            spec, config, problems = rendered[key]
         in_sync, settings, config_id = None, None, config.config_id if config else None
         if config is not None:
             in_sync = (
@@ -190,6 +208,7 @@ def desired_vs_observed(nodes, *, at=None) -> list[DesiredVsObserved]:
                 config_state=node.config_state,
                 in_sync=in_sync,
                 problems=problems,
+                spec=spec,
                 config=config,
                 node_settings=settings,
                 config_id=config_id,

@@ -12,6 +12,7 @@ from scheduling import windows
 from scheduling.models import Schedule, ScheduleException, ScheduleWindow
 from scheduling.selectors import pool_states
 from sharing.qos import consistency_errors
+from sharing.selectors import refuse_under_cluster_strategies
 from sharing.services import nodes_validation_errors, qos_compliance_record
 from sharing.signals import desired_state_changed
 
@@ -88,6 +89,7 @@ def _check(schedule: Schedule, window_rows: list[dict], exception_rows: list[dic
     nodes = schedule.pool.nodes.live()
     profiles = {r["profile"] for r in window_rows} | ({schedule.baseline_profile} - {None})
     for profile in profiles:
+        refuse_under_cluster_strategies(profile, nodes, (schedule.pool.cluster,))
         misfits = nodes_validation_errors(profile.to_spec(), nodes)
         if misfits:
             count = len({name for name, _ in misfits})

@@ -113,8 +113,12 @@ def schedule_detail(request, pk):
     }
     upcoming = transitions[0] if transitions and schedule.enabled else None
     if upcoming is not None and upcoming.to_profile is not None:
-        impacts = sharing_selectors.profile_preview(upcoming.to_profile, schedule.pool.nodes.live())
-        context["next_impact"] = {"transition": upcoming, "summary": sharing_selectors.preview_summary(impacts)}
+        try:
+            impacts = sharing_selectors.profile_preview(upcoming.to_profile, schedule.pool.nodes.live())
+        except ApplicationError as exc:  # e.g. the cluster's MIG strategy changed since the schedule was saved
+            context["next_impact"] = {"transition": upcoming, "refused": exc.message}
+        else:
+            context["next_impact"] = {"transition": upcoming, "summary": sharing_selectors.preview_summary(impacts)}
     return render(request, "scheduling/schedule_detail.html", context)
 
 

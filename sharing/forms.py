@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.forms import formset_factory
 
 from fleet.choices import SharingMode
-from fleet.models import Node, NodePool
+from fleet.models import Gpu, Node, NodePool
 from sharing.choices import (
     BusyPolicy,
     ComputeMode,
@@ -25,7 +25,7 @@ from sharing.choices import (
 )
 from sharing.mig import PRODUCTS, format_layout, parse_layout
 from sharing.models import QoSPolicy, SharingProfile
-from sharing.spec import ALL_GPUS, ProfileSpec
+from sharing.spec import ALL_GPUS, ProfileSpec, catalog_product
 
 MIG_OFF_WORDS = ("off", "disabled", "all-disabled", "none")
 # Which parameters each mode uses; the others are reset to their defaults, so a field hidden in the editor
@@ -72,11 +72,16 @@ def read_layout(text: str):
 
 
 def product_choices():
-    """Every product of the MIG catalog, labelled as an admin knows it: name, memory, MIG or not."""
+    """Every product of the MIG catalog, labelled as an admin knows it (name, memory, MIG or not), then the models
+    the fleet reports that the catalog does not list: they can still be passed through, time-sliced or shared
+    with MPS."""
     choices = []
     for name, product in PRODUCTS.items():
         memory = f"{round(product.memory_mib / 1024)} GiB"
         choices.append((name, f"{product.display_name} · {memory}{'' if product.mig_capable else ' · no MIG'}"))
+    seen = Gpu.objects.live().order_by().values_list("product", flat=True).distinct()
+    for name in sorted({name for name in seen if catalog_product(name) is None}):
+        choices.append((name, f"{name} · not in the MIG catalog (no MIG)"))
     return choices
 
 
@@ -116,14 +121,25 @@ class ProfileForm(forms.Form):
         label="Layout of every GPU",
         help_text='e.g. "1g.10gb x7", "3g.40gb x2 + 1g.10gb x1", or "off" for MIG disabled',
     )
-    mig_strategy = forms.ChoiceField(choices=MigStrategy.choices, initial=MigStrategy.MIXED, label="MIG strategy")
+    mig_strategy = forms.ChoiceField(
+        choices=MigStrategy.choices,
+        initial=MigStrategy.MIXED,
+        label="MIG strategy",
+        help_text="Where a cluster's ClusterPolicy sets spec.mig.strategy, the GPU Operator runs the device plugin "
+        "with that strategy instead; this one applies where it sets none.",
+    )
     replicas = forms.IntegerField(
         required=False, initial=1, label="Replicas per GPU", help_text="Time-slicing or MPS clients per GPU"
     )
     mps_active_thread_percentage = forms.IntegerField(required=False, label="Active thread percentage (%)")
     mps_pinned_memory_limit_mib = forms.IntegerField(required=False, label="Pinned memory limit (MiB)")
     rename_shared = forms.BooleanField(required=False, label="Rename the resource to …gpu.shared")
-    fail_requests_greater_than_one = forms.BooleanField(required=False, label="Fail requests for more than 1 replica")
+    fail_requests_greater_than_one = forms.BooleanField(
+        required=False,
+        label="Fail requests for more than 1 replica",
+        help_text="Under MPS, device plugin v0.20.0 and later honour it either way; older versions refuse requests "
+        "for more than one replica whatever it says.",
+    )
     time_slice_interval = forms.ChoiceField(
         choices=TimeSliceInterval.choices, initial=TimeSliceInterval.DEFAULT, label="Time-slice length"
     )

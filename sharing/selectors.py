@@ -1,16 +1,25 @@
 """Reads of the sharing app: the impact preview of a profile on nodes, and desired-vs-observed per node."""
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from django.db.models import Count, Prefetch
 
+from core.exceptions import ApplicationError
 from fleet.choices import ClusterDriver
-from fleet.models import Gpu, Node, NodePool, Pod
-from sharing.mig import UnknownProductError
+from fleet.models import Cluster, Gpu, Node, NodePool, Pod
 from sharing.models import PoolSharing, SharingProfile
 from sharing.qos import PodView
-from sharing.spec import NodeConfig, allocatable, mig_mode_changes, node_config, node_validation_errors
+from sharing.spec import (
+    NodeConfig,
+    ProfileSpec,
+    allocatable,
+    cluster_strategy_problems,
+    mig_mode_changes,
+    node_config,
+    node_validation_errors,
+    under_cluster_strategy,
+)
 
 
 @dataclass
@@ -74,20 +83,51 @@ def _geometry_changes(spec, gpus) -> bool:
     return False
 
 
-def node_impact(profile: SharingProfile, node: Node) -> NodeImpact:
-    """The impact of `profile` on one node prefetched by `_preview_nodes`."""
+def cluster_strategy_errors(profile: SharingProfile, nodes, clusters: tuple[Cluster, ...] = ()) -> list[str]:
+    """Why the profile cannot run under the MIG strategy of these nodes' clusters (and of `clusters`, for a pool
+    without nodes yet), one message per cluster and rule; two queries, none for a mode no strategy restricts."""
     spec = profile.to_spec()
+    if spec.mode not in ("mig", "mps"):
+        return []
+    rows = list(nodes.exclude(cluster__mig_strategy="").values_list("pk", "cluster__name", "cluster__mig_strategy"))
+    indices = defaultdict(list)
+    for node_id, index in Gpu.objects.live().filter(node_id__in=[r[0] for r in rows]).values_list("node_id", "index"):
+        indices[node_id].append(index)
+    checks = [(name, strategy, sorted(indices[pk])) for pk, name, strategy in rows]
+    checks += [(cluster.name, cluster.mig_strategy, []) for cluster in clusters]
+    messages = [m for name, strategy, gpus in checks for m in cluster_strategy_problems(spec, name, strategy, gpus)]
+    return list(dict.fromkeys(messages))
+
+
+def profile_on_clusters(profile_spec: ProfileSpec) -> list[dict]:
+    """Each Kubernetes cluster whose ClusterPolicy has been read, with the rules its MIG strategy says this profile
+    breaks there (for the profile's pages; the cluster's device-plugin version says what MPS requests get)."""
+    clusters = Cluster.objects.exclude(cluster_policy_read_at=None).order_by("name")
+    return [
+        {"cluster": c, "problems": cluster_strategy_problems(profile_spec, c.name, c.mig_strategy)}
+        for c in clusters.only("pk", "name", "mig_strategy", "device_plugin_version")
+    ]
+
+
+def refuse_under_cluster_strategies(profile: SharingProfile, nodes, clusters: tuple[Cluster, ...] = ()) -> None:
+    """A 400 naming the cluster and the rule when its MIG strategy (which the GPU Operator imposes on the device
+    plugin) cannot run the profile: preview, assignment, pins and schedules all refuse it the same way."""
+    messages = cluster_strategy_errors(profile, nodes, clusters)
+    if messages:
+        raise ApplicationError(f"{profile.name} cannot run there: {messages[0]}.", errors={"profile": messages})
+
+
+def node_impact(profile: SharingProfile, node: Node) -> NodeImpact:
+    """The impact of `profile` on one node prefetched by `_preview_nodes`, as the node's cluster would run it."""
+    spec = under_cluster_strategy(profile.to_spec(), node.cluster.mig_strategy)
     gpus = [(g.index, g.product) for g in node.live_gpus]
     before = {k: v for k, v in node.allocatable.items() if k.startswith("nvidia.com/")}
     errors = node_validation_errors(spec, gpus)
     if errors:
         return NodeImpact(node, errors, before, {}, "none", [])
-    try:
-        config = node_config(spec, gpus)
-        after = allocatable(spec, gpus)
-        resets = mig_mode_changes(spec, [(g.index, g.product, g.mig_enabled) for g in node.live_gpus])
-    except UnknownProductError as exc:
-        return NodeImpact(node, [str(exc)], before, {}, "none", [])
+    config = node_config(spec, gpus)
+    after = allocatable(spec, gpus)
+    resets = mig_mode_changes(spec, [(g.index, g.product, g.mig_enabled) for g in node.live_gpus])
     if resets:
         disruption = "gpu-reset"
     elif _geometry_changes(spec, node.live_gpus):
@@ -101,7 +141,9 @@ def node_impact(profile: SharingProfile, node: Node) -> NodeImpact:
 
 
 def profile_preview(profile: SharingProfile, nodes) -> list[NodeImpact]:
-    """Per node: resources before → after, reset or not, pods that lose their slice, or why it cannot apply."""
+    """Per node: resources before → after, reset or not, pods that lose their slice, or why it cannot apply.
+    Refused as a whole (ApplicationError) when a cluster's MIG strategy cannot run the profile at all."""
+    refuse_under_cluster_strategies(profile, nodes)
     return [node_impact(profile, node) for node in _preview_nodes(nodes)]
 
 

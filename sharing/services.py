@@ -12,7 +12,7 @@ from core.exceptions import ApplicationError
 from fleet.models import Gpu, Node, NodePool
 from sharing.models import NodePin, PoolSharing, QoSComplianceReport, QoSPolicy, SharingProfile
 from sharing.qos import check_pods, consistency_errors, parse_taint
-from sharing.selectors import pool_pod_views, profiles_under_pool_policy
+from sharing.selectors import pool_pod_views, profiles_under_pool_policy, refuse_under_cluster_strategies
 from sharing.signals import desired_state_changed
 from sharing.spec import ProfileSpec, node_validation_errors, validate_spec
 
@@ -85,6 +85,7 @@ def _check_assignments_still_fit(profile: SharingProfile) -> None:
     nodes = Node.objects.live().filter(pin__profile=profile) | Node.objects.live().filter(
         pool__sharing__profile=profile
     )
+    refuse_under_cluster_strategies(profile, nodes.distinct())
     problems = nodes_validation_errors(profile.to_spec(), nodes.distinct())
     if problems:
         raise ApplicationError(
@@ -145,6 +146,7 @@ def pool_set_profile(*, actor: Actor, pool: NodePool, profile: SharingProfile | 
     current = _lock_pool_sharing(pool)
     before = {"profile": current.profile.name if current and current.profile else None}
     if profile is not None:
+        refuse_under_cluster_strategies(profile, pool.nodes.live(), (pool.cluster,))
         problems = nodes_validation_errors(profile.to_spec(), pool.nodes.live())
         if problems:
             raise ApplicationError(
@@ -169,7 +171,9 @@ def pool_set_profile(*, actor: Actor, pool: NodePool, profile: SharingProfile | 
 
 @transaction.atomic
 def node_pin_profile(*, actor: Actor, node: Node, profile: SharingProfile, reason: str = "") -> NodePin:
-    """Pin a node to a profile, overriding pool and schedule, after checking it fits the node's GPUs."""
+    """Pin a node to a profile, overriding pool and schedule, after checking it fits the node's GPUs and runs
+    under its cluster's MIG strategy."""
+    refuse_under_cluster_strategies(profile, Node.objects.filter(pk=node.pk))
     problems = nodes_validation_errors(profile.to_spec(), Node.objects.filter(pk=node.pk))
     if problems:
         raise ApplicationError(

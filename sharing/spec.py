@@ -1,13 +1,16 @@
 """A sharing profile as plain values: NVIDIA's rules for it, what it renders to on a node, and what it yields.
 
 Pure (no Django, no I/O): the server validates and previews with it, the agent and the simulator may reuse it.
-Rules from nvidia-contracts.md: §3.2 time-slicing, §3.3 MPS, §3.5 resource names, §1.3 reset on MIG mode change.
+Rules from docs/nvidia-contracts.md: §1.2 the cluster's MIG strategy, §3.2 time-slicing, §3.3 MPS, §3.5 resource
+names, §1.3 reset on MIG mode change. A GPU outside the MIG catalog can still be passed through, time-sliced or
+shared with MPS: the device plugin shares any GPU; only MIG needs Tessera to know the model.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sharing.mig import GpuProduct, UnknownProductError, get_product, mig_resources, validate_layout
 from sharing.render import (
@@ -24,6 +27,10 @@ TIME_SLICE_INTERVALS = ("default", "short", "medium", "long")  # §5: nvidia-smi
 MPS_MAX_REPLICAS, MPS_MAX_REPLICAS_BEFORE_TURING = 48, 16  # §3.3, keyed on compute capability 7.5
 ALL_GPUS = "all"
 MIG_CONFIG_PREFIX, DEVICE_PLUGIN_PREFIX = "tessera-mig-", "tessera-dp-"
+MIG_STRATEGIES = ("none", "single", "mixed")  # ClusterPolicy spec.mig.strategy (§1.2)
+# The first device plugin that honours an explicit MPS failRequestsGreaterThanOne: false (§3.3, f14d3d12).
+MPS_FAIL_FALSE_SINCE = (0, 20, 0)
+_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+].*)?$")
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,14 @@ class NodeConfig:
         return render_device_plugin_config(self.device_plugin)
 
 
+def catalog_product(name: str) -> GpuProduct | None:
+    """The MIG catalog's product for a GFD label, or None for a GPU Tessera does not know (shared whole only)."""
+    try:
+        return get_product(name)
+    except UnknownProductError:
+        return None
+
+
 def _add(errors: dict[str, list[str]], key: str, message: str) -> None:
     errors.setdefault(key, []).append(message)
 
@@ -81,10 +96,11 @@ def validate_spec(spec: ProfileSpec) -> dict[str, list[str]]:
     if not spec.target_products:
         _add(errors, "target_products", "Name at least one GPU product this profile is for.")
     for name in spec.target_products:
-        try:
-            products.append(get_product(name))
-        except UnknownProductError as exc:
-            _add(errors, "target_products", str(exc))
+        product = catalog_product(name)
+        if product is not None:
+            products.append(product)
+        elif spec.mode == "mig":
+            _add(errors, "target_products", f"{name} is not in Tessera's MIG catalog: MIG needs a known GPU model.")
     _validate_sharing_fields(spec, products, errors)
     if spec.mode == "mig":
         _validate_mig(spec, products, errors)
@@ -152,16 +168,77 @@ def _validate_mig(spec: ProfileSpec, products: list[GpuProduct], errors) -> None
     if spec.mig_strategy not in ("single", "mixed"):
         _add(errors, "mig_strategy", "The MIG strategy must be single or mixed.")
     elif spec.mig_strategy == "single":
-        layouts = {tuple(sorted((layout or {}).items())) for layout in spec.mig_layouts.values()}
-        profiles = {name for layout in spec.mig_layouts.values() for name, n in (layout or {}).items() if n}
-        if len(layouts) > 1 or len(profiles) > 1 or None in spec.mig_layouts.values():
-            _add(
-                errors,
-                "mig_strategy",
-                "Different layouts per GPU, more than one profile, or MIG off on some GPUs need the mixed strategy.",
-            )
-        elif not profiles:
-            _add(errors, "mig_strategy", "The single strategy needs at least one MIG device on every GPU.")
+        problem = single_strategy_problem(list(spec.mig_layouts.values()))
+        if problem:
+            _add(errors, "mig_strategy", f"Under the single strategy {problem}; use the mixed strategy.")
+
+
+def single_strategy_problem(layouts: Sequence[Mapping[str, int] | None]) -> str | None:
+    """What the device plugin refuses under `single` in these per-GPU layouts (None: MIG off), or None.
+
+    Its rule (k8s-device-plugin internal/rm/device_map.go, `assertAllMigDevicesAreValid` with uniform devices):
+    MIG on for every GPU or none, at least one MIG device on each MIG GPU, and all MIG devices of one profile.
+    Counts may differ between GPUs. Refused, the plugin advertises no GPU and GFD labels the node -MIG-INVALID."""
+    if any(layout is None for layout in layouts):
+        return "MIG must be on for every GPU of a node"
+    if any(not any((layout or {}).values()) for layout in layouts):
+        return "every MIG-enabled GPU needs at least one MIG device"
+    profiles = sorted({name for layout in layouts for name, n in (layout or {}).items() if n})
+    if len(profiles) > 1:
+        return f"all MIG devices of a node must be of one profile, not {', '.join(profiles)}"
+    return None
+
+
+def strategy_problems(spec: ProfileSpec, strategy: str, gpu_indices: Sequence[int] = ()) -> list[str]:
+    """Why the device plugin cannot run this profile under a cluster's MIG strategy, or [] (texts to read after
+    "under which").
+
+    The GPU Operator sets the plugin's MIG_STRATEGY from ClusterPolicy spec.mig.strategy, and it beats
+    flags.migStrategy in any config Tessera renders (§1.2); "" (not set) leaves the rendered config in charge, so
+    it has no rule. With a node's GPU indices, GPUs without a layout entry count as MIG off."""
+    if spec.mode == "mps" and strategy == "mixed":
+        return ["the device plugin refuses MPS (it exits at start-up: the node advertises no GPU)"]
+    if spec.mode != "mig":
+        return []
+    if strategy == "none":
+        return ["the device plugin advertises MIG-enabled GPUs whole, never their MIG devices"]
+    if strategy == "single":
+        layouts = [spec.layout_for(i) for i in gpu_indices] if gpu_indices else list(spec.mig_layouts.values())
+        problem = single_strategy_problem(layouts)
+        if problem:
+            return [f"{problem}, or the device plugin advertises no GPU"]
+    return []
+
+
+def cluster_strategy_problems(
+    spec: ProfileSpec, cluster: str, strategy: str, gpu_indices: Sequence[int] = ()
+) -> list[str]:
+    """`strategy_problems` phrased for an admin: the cluster, the setting that decides, and the rule."""
+    return [
+        f"cluster {cluster}'s ClusterPolicy sets spec.mig.strategy={strategy}, under which {problem}"
+        for problem in strategy_problems(spec, strategy, gpu_indices)
+    ]
+
+
+def under_cluster_strategy(spec: ProfileSpec, strategy: str) -> ProfileSpec:
+    """The profile as a cluster runs it: a ClusterPolicy strategy replaces the profile's MIG strategy, which then
+    only decides where the ClusterPolicy sets none (§1.2) — rendered resources and allocatable follow it."""
+    if spec.mode == "mig" and strategy in ("single", "mixed") and strategy != spec.mig_strategy:
+        return replace(spec, mig_strategy=strategy)
+    return spec
+
+
+def plugin_version(text: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a device-plugin image tag ("v0.17.0"), None for a digest or anything else."""
+    match = _VERSION_RE.match(text.strip())
+    return (int(match[1]), int(match[2]), int(match[3] or 0)) if match else None
+
+
+def mps_honours_fail_false(version: str) -> bool | None:
+    """Whether this device-plugin version lets MPS clients ask for more than one replica when the config says
+    failRequestsGreaterThanOne: false (v0.20.0+, §3.3); older plugins always refuse them. None: unknown version."""
+    parsed = plugin_version(version)
+    return None if parsed is None else parsed >= MPS_FAIL_FALSE_SINCE
 
 
 def node_validation_errors(spec: ProfileSpec, gpus: Sequence[tuple[int, str]]) -> list[str]:
@@ -180,12 +257,11 @@ def node_validation_errors(spec: ProfileSpec, gpus: Sequence[tuple[int, str]]) -
             layout = spec.layout_for(index)
             if layout is None:
                 continue
-            try:
-                result = validate_layout(product, layout)
-            except UnknownProductError as exc:
-                problems.append(str(exc))
+            known = catalog_product(product)
+            if known is None:
+                problems.append(f"GPU {index}: {product} is not in Tessera's MIG catalog: MIG needs a known GPU model")
                 continue
-            problems.extend(f"GPU {index}: {message}" for message in result.errors)
+            problems.extend(f"GPU {index}: {message}" for message in validate_layout(known, layout).errors)
     return problems
 
 
@@ -210,13 +286,16 @@ def _mig_entries(spec: ProfileSpec, gpus: Sequence[tuple[int, GpuProduct]]) -> t
     return tuple(entries)
 
 
-def _device_plugin(spec: ProfileSpec, gpus: Sequence[tuple[int, GpuProduct]]) -> DevicePluginSpec:
+def _device_plugin(spec: ProfileSpec, gpus: Sequence[tuple[int, GpuProduct | None]]) -> DevicePluginSpec:
     if spec.mode in ("mps", "time_slicing"):
+        # MPS: an absent value means true (v0.20.0+) or is ignored (older), so false is written out (§3.3).
+        # Time-slicing: absent means false in every version (§3.2); kept absent so existing configs keep their names.
+        explicit = spec.mode == "mps" or spec.fail_requests_greater_than_one
         return DevicePluginSpec(
             sharing=spec.mode,
             replicas=spec.replicas,
             rename_by_default=spec.rename_shared,
-            fail_requests_greater_than_one=spec.fail_requests_greater_than_one or None,
+            fail_requests_greater_than_one=spec.fail_requests_greater_than_one if explicit else None,
         )
     if spec.mode == "mig":
         strategy = spec.mig_strategy
@@ -236,8 +315,8 @@ def _device_plugin(spec: ProfileSpec, gpus: Sequence[tuple[int, GpuProduct]]) ->
 
 def node_config(spec: ProfileSpec, gpus: Sequence[tuple[int, str]]) -> NodeConfig:
     """Render the profile for one node's GPUs into content-addressed NVIDIA configs (same content, same names)."""
-    resolved = [(index, get_product(product)) for index, product in sorted(gpus)]
-    mig_capable = [(index, product) for index, product in resolved if product.mig_capable]
+    resolved = [(index, catalog_product(product)) for index, product in sorted(gpus)]
+    mig_capable = [(index, product) for index, product in resolved if product is not None and product.mig_capable]
     entries = _mig_entries(spec, mig_capable) if mig_capable else ()
     mig_name = content_name(MIG_CONFIG_PREFIX, render_mig_parted_config({"x": entries})) if entries else None
     plugin = _device_plugin(spec, resolved)
@@ -251,10 +330,10 @@ def node_config(spec: ProfileSpec, gpus: Sequence[tuple[int, str]]) -> NodeConfi
     )
 
 
-def _mig_allocatable(spec: ProfileSpec, gpus: Sequence[tuple[int, GpuProduct]]) -> dict[str, int]:
+def _mig_allocatable(spec: ProfileSpec, gpus: Sequence[tuple[int, GpuProduct | None]]) -> dict[str, int]:
     totals: dict[str, int] = {}
     for index, product in gpus:
-        layout = spec.layout_for(index) if product.mig_capable else None
+        layout = spec.layout_for(index) if product is not None and product.mig_capable else None
         if layout is None:
             totals[GPU_RESOURCE] = totals.get(GPU_RESOURCE, 0) + 1
             continue
@@ -265,7 +344,7 @@ def _mig_allocatable(spec: ProfileSpec, gpus: Sequence[tuple[int, GpuProduct]]) 
 
 def allocatable(spec: ProfileSpec, gpus: Sequence[tuple[int, str]]) -> dict[str, int]:
     """The GPU resources a node advertises under this profile (device plugin rules, §3.2, §3.5)."""
-    resolved = [(index, get_product(product)) for index, product in gpus]
+    resolved = [(index, catalog_product(product)) for index, product in gpus]
     count = len(resolved)
     suffix = ".shared" if spec.rename_shared else ""
     if spec.mode in ("mps", "time_slicing"):
@@ -284,7 +363,8 @@ def mig_mode_changes(spec: ProfileSpec, gpus: Sequence[tuple[int, str, bool]]) -
     """Indices of GPUs whose MIG mode flips (a GPU reset or a node reboot, §1.3) for (index, product, enabled)."""
     flips = []
     for index, product, enabled in gpus:
-        if not get_product(product).mig_capable:
+        known = catalog_product(product)
+        if known is None or not known.mig_capable:
             continue
         wanted = spec.mode == "mig" and spec.layout_for(index) is not None
         if wanted != enabled:

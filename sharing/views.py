@@ -19,6 +19,7 @@ from sharing import services
 from sharing.display import layout_drawings, layout_lines
 from sharing.forms import NodePinForm, ProfileForm
 from sharing.models import NodePin, PoolSharing, SharingProfile
+from sharing.selectors import profile_on_clusters
 from sharing.spec import ProfileSpec, validate_spec
 
 PIN_CANDIDATES = 200
@@ -34,6 +35,7 @@ def _editor(request, form, profile, *, spec: ProfileSpec | None = None, error: s
         "slots": form.field_errors() if form.is_bound else {},
         "error": error,
         "mode": spec.mode,
+        "clusters": profile_on_clusters(spec),
     }
     return render(request, "sharing/profile_form.html", context, status=status)
 
@@ -85,6 +87,7 @@ def profile_detail(request, pk):
         "profile": profile,
         "layout_rows": layout_lines(profile.mig_layouts),
         "drawings": layout_drawings(profile.to_spec()),
+        "clusters": profile_on_clusters(profile.to_spec()),
         "pools": PoolSharing.objects.filter(profile=profile).select_related("pool__cluster").order_by("pool__name"),
         "pins": NodePin.objects.filter(profile=profile).select_related("node", "pinned_by").order_by("node__name"),
         "events": AuditEvent.objects.filter(object_type="sharingprofile", object_id=str(profile.pk))[:10],

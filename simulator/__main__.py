@@ -96,7 +96,7 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--mig-strategy",
-        choices=("mixed", "single"),
+        choices=("mixed", "single", "none"),
         default="mixed",
         help="ClusterPolicy spec.mig.strategy (default %(default)s; the GPU Operator's Helm default is single)",
     )

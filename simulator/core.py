@@ -63,8 +63,8 @@ class Simulator:
         if config is not None and overrides:
             raise TypeError("pass either a SimulatorConfig or keyword overrides, not both")
         cfg = self.config
-        if cfg.mig_strategy not in ("single", "mixed"):
-            raise ValueError(f"mig strategy must be single or mixed, not {cfg.mig_strategy!r}")
+        if cfg.mig_strategy not in ("none", "single", "mixed"):
+            raise ValueError(f"mig strategy must be none, single or mixed, not {cfg.mig_strategy!r}")
         if cfg.mig_config_source not in ("generated", "static"):
             raise ValueError(f"mig config source must be generated or static, not {cfg.mig_config_source!r}")
         self.token = cfg.token or secrets.token_urlsafe(24)

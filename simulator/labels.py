@@ -41,6 +41,9 @@ def _mig_counts(node: SimNode) -> Counter:
 
 def advertised(node: SimNode, spec: DevicePluginSpec, strategy: str) -> Advertised:
     """Resource names and counts by MIG strategy, then multiplied by sharing replicas (§3.2, §3.5)."""
+    if spec.sharing == "mps" and strategy == "mixed":
+        # Checked with the flags at start-up, before any GPU is looked at: the plugin exits (§3.3, main.go).
+        return Advertised({}, "using --mig-strategy=mixed is not supported with MPS")
     mig_gpus = [gpu for gpu in node.gpus if gpu.mig_enabled]
     single_profile = None
     if strategy == "mixed":

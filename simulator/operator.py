@@ -58,6 +58,11 @@ class PluginState:
     restarts: int = 0
 
 
+# The plugin image the ClusterPolicy names, as the Helm chart writes it (repository, image, version).
+_PLUGIN_REFERENCE, _, _PLUGIN_VERSION = DAEMONSET_BY_APP[DEVICE_PLUGIN].image.rpartition(":")
+_PLUGIN_REPOSITORY, _, _PLUGIN_IMAGE = _PLUGIN_REFERENCE.rpartition("/")
+
+
 def cluster_policy(mig_config_name: str, mig_strategy: str) -> dict:
     return {
         "metadata": {"name": CLUSTER_POLICY},
@@ -69,7 +74,13 @@ def cluster_policy(mig_config_name: str, mig_strategy: str) -> dict:
                 "config": {"name": mig_config_name, "default": "all-disabled"},
                 "env": [{"name": "WITH_REBOOT", "value": "false"}],
             },
-            "devicePlugin": {"enabled": True, "config": {"name": DEVICE_PLUGIN_CONFIGMAP, "default": ""}},
+            "devicePlugin": {
+                "enabled": True,
+                "repository": _PLUGIN_REPOSITORY,
+                "image": _PLUGIN_IMAGE,
+                "version": _PLUGIN_VERSION,
+                "config": {"name": DEVICE_PLUGIN_CONFIGMAP, "default": ""},
+            },
             "mig": {"strategy": mig_strategy},
             "gfd": {"enabled": True},
             "dcgmExporter": {"enabled": True},
@@ -417,16 +428,18 @@ class GpuOperator(ControllerLoop):
             state.spec = spec
         state.config_error = error
         self._store.mutate(NODES, "", name, lambda o: self._write_gpu_status(self._nodes[name], o, self._policy()))
-        broken = state.config_error or state.hardware_error
-        if broken:
-            self._report_plugin_crash(name, broken)
+        if state.config_error:
+            self._report_plugin_crash(name, state.config_error, "config-manager")
+        elif state.hardware_error:  # the plugin itself exits at start-up (§3.1)
+            self._report_plugin_crash(name, state.hardware_error, "nvidia-device-plugin")
         elif was_broken:
             self._set_plugin_pod_running(name)
 
     def _write_gpu_status(self, node: SimNode, obj: dict, policy: dict) -> None:
         """GFD labels and the GPU resources of capacity/allocatable, from the node's GPUs and plugin state."""
         state = self._plugin[node.name]
-        strategy = policy["spec"].get("mig", {}).get("strategy", "single")
+        # The operator's MIG_STRATEGY beats the config's flags.migStrategy; unset, the config decides (§1.2).
+        strategy = policy["spec"].get("mig", {}).get("strategy") or state.spec.mig_strategy
         advertised = gfd.advertised(node, state.spec, strategy)
         state.hardware_error = advertised.error
         status = obj["status"]
@@ -443,8 +456,9 @@ class GpuOperator(ControllerLoop):
             for key in sorted(previous | set(resources)):
                 status[kind][key] = str(resources.get(key, 0))
 
-    def _report_plugin_crash(self, name: str, error: str) -> None:
-        """CrashLoopBackOff on the config-manager container, and a Warning Event naming the error."""
+    def _report_plugin_crash(self, name: str, error: str, container: str) -> None:
+        """CrashLoopBackOff on the container that failed (config-manager for a bad config key, the plugin for
+        what it refuses at start-up), and a Warning Event naming the error."""
         pod = self._daemonsets.pod_on(DEVICE_PLUGIN, name)
         if pod is None:
             return
@@ -454,12 +468,12 @@ class GpuOperator(ControllerLoop):
         def crash(obj: dict) -> None:
             obj["status"]["phase"] = "Running"
             for status in obj["status"]["containerStatuses"]:
-                if status["name"] == "config-manager":
+                if status["name"] == container:
                     status.update(ready=False, restartCount=state.restarts, started=False)
                     status["state"] = {
                         "waiting": {
                             "reason": "CrashLoopBackOff",
-                            "message": f"back-off restarting failed container config-manager: {error}",
+                            "message": f"back-off restarting failed container {container}: {error}",
                         }
                     }
             for condition in obj["status"]["conditions"]:
@@ -479,10 +493,10 @@ class GpuOperator(ControllerLoop):
                     "name": pod_name,
                     "uid": pod["metadata"]["uid"],
                     "apiVersion": "v1",
-                    "fieldPath": "spec.containers{config-manager}",
+                    "fieldPath": f"spec.containers{{{container}}}",
                 },
                 "reason": "BackOff",
-                "message": f"Back-off restarting failed container config-manager in pod {pod_name}: {error}",
+                "message": f"Back-off restarting failed container {container} in pod {pod_name}: {error}",
                 "source": {"component": "kubelet", "host": name},
                 "firstTimestamp": now,
                 "lastTimestamp": now,

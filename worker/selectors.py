@@ -26,8 +26,7 @@ class PlannedChange:
 
 def to_config(row: DesiredVsObserved) -> dict:
     """Everything a node change needs to apply and verify, frozen at planning time (JSON)."""
-    config = row.config
-    spec = row.profile.to_spec()
+    config, spec = row.config, row.spec
     return {
         "config_id": row.config_id,
         "profile": row.profile.name,

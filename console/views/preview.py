@@ -22,7 +22,11 @@ from worker.rollouts import pool_assign_and_roll_out
 def _preview(request, profile, scope: PreviewScopeForm, *, assign_form=None, pin_form=None, status=200):
     context = {"profile": profile, "scope": scope, "pools": NodePool.objects.select_related("cluster")}
     if scope.is_valid():
-        impacts = sharing_selectors.profile_preview(profile, scope.nodes_queryset())
+        try:
+            impacts = sharing_selectors.profile_preview(profile, scope.nodes_queryset())
+        except ApplicationError as exc:  # the cluster's MIG strategy cannot run the profile at all
+            context.update(refused=exc.message, refusals=exc.errors.get("profile", []))
+            return render(request, "console/profile_preview.html", context, status=exc.status)
         for impact in impacts:
             impact.disruption_text = sharing_selectors.DISRUPTION_TEXT[impact.disruption]
         pool = scope.cleaned_data.get("pool")

@@ -46,10 +46,12 @@ GPU_MIG_DEVICE_COLUMNS = ("id", "profile", "start", "size", "uuid", "in_use_by")
 
 
 class ClusterSerializer(serializers.ModelSerializer):
-    """A cluster with its connection health and sizes; the kubeconfig path is accepted but never shown."""
+    """A cluster with its connection health and sizes; the kubeconfig path is accepted but never shown. The MIG
+    strategy and device-plugin version are read from the GPU Operator's ClusterPolicy, never written here."""
 
     node_count = serializers.IntegerField(read_only=True)
     pool_count = serializers.IntegerField(read_only=True)
+    mps_honours_fail_false = serializers.BooleanField(read_only=True, allow_null=True)
 
     class Meta:
         model = Cluster
@@ -67,12 +69,24 @@ class ClusterSerializer(serializers.ModelSerializer):
             "last_contact_at",
             "last_error",
             "last_error_at",
+            "mig_strategy",
+            "device_plugin_version",
+            "mps_honours_fail_false",
+            "cluster_policy_read_at",
             "node_count",
             "pool_count",
             "created_at",
             "updated_at",
         ]
-        read_only_fields = ["connection_state", "last_contact_at", "last_error", "last_error_at"]
+        read_only_fields = [
+            "connection_state",
+            "last_contact_at",
+            "last_error",
+            "last_error_at",
+            "mig_strategy",
+            "device_plugin_version",
+            "cluster_policy_read_at",
+        ]
         extra_kwargs = {"kubeconfig_path": {"write_only": True}}
 
 

@@ -106,6 +106,26 @@ def test_cluster_filters(viewer_api, fleet, query, expected):
     assert names(viewer_api.get(f"/api/v1/clusters/?{query}")) == expected
 
 
+def test_cluster_shows_what_its_cluster_policy_says_and_refuses_to_have_it_written(admin_api, fleet):
+    east = fleet["east"]
+    Cluster.objects.filter(pk=east.pk).update(
+        mig_strategy="mixed", device_plugin_version="v0.17.0", cluster_policy_read_at=timezone.now()
+    )
+    data = admin_api.get(f"/api/v1/clusters/{east.pk}/").data
+    assert (data["mig_strategy"], data["device_plugin_version"]) == ("mixed", "v0.17.0")
+    assert data["mps_honours_fail_false"] is False and data["cluster_policy_read_at"]
+    patch = {"mig_strategy": "single", "device_plugin_version": "v0.20.0"}
+    assert admin_api.patch(f"/api/v1/clusters/{east.pk}/", patch, format="json").status_code == 200
+    east.refresh_from_db()
+    assert (east.mig_strategy, east.device_plugin_version) == ("mixed", "v0.17.0")  # read-only: the policy decides
+    unread = admin_api.get(f"/api/v1/clusters/{fleet['west'].pk}/").data
+    assert (unread["mig_strategy"], unread["mps_honours_fail_false"], unread["cluster_policy_read_at"]) == (
+        "",
+        None,
+        None,
+    )
+
+
 def test_admin_creates_and_updates_a_cluster_without_the_kubeconfig_coming_back(admin_api):
     payload = {"name": "lab", "driver": "kubernetes", "kubeconfig_path": "/secrets/lab.yaml"}
     created = admin_api.post("/api/v1/clusters/", payload, format="json")

@@ -413,7 +413,42 @@ def test_cluster_and_pool_pages(client_viewer):
     assert "connection refused" in html and f'href="/pools/{pool.pk}/"' in html
     assert "kubeconfig" not in html or "path not shown" in html
     assert "/etc/tessera/kubeconfig" not in html
+    assert "not read yet" in html
     html = client_viewer.get(reverse("fleet:pool_list")).content.decode()
     assert f'href="/pools/{pool.pk}/"' in html
     html = client_viewer.get(reverse("console:pool_detail", args=[pool.pk])).content.decode()
     assert "tessera.io/pool=inference" in html and f'href="/nodes/?pool={pool.pk}"' in html
+
+
+@pytest.mark.parametrize(
+    ("strategy", "version", "says"),
+    [
+        ("mixed", "v0.17.0", ["<strong>mixed</strong>", "refuses MPS under mixed", "Older than v0.20.0"]),
+        ("single", "v0.20.0", ["<strong>single</strong>", "slices of one profile", "v0.20.0 or later"]),
+        ("none", "", ["advertises no MIG slice", "version unknown", "older versions refuse"]),
+        ("", "sha256:0f3a", ["<strong>not set</strong>", "each node's device-plugin config decides"]),
+    ],
+)
+def test_cluster_page_says_what_its_mig_strategy_and_plugin_version_mean(client_viewer, strategy, version, says):
+    cluster = ClusterFactory(
+        name="prod", mig_strategy=strategy, device_plugin_version=version, cluster_policy_read_at=timezone.now()
+    )
+    html = client_viewer.get(reverse("fleet:cluster_detail", args=[cluster.pk])).content.decode()
+    for text in says:
+        assert text in html
+
+
+def test_a_gpu_tessera_does_not_know_says_so_and_what_still_works(client_viewer):
+    notice = "Not in Tessera's MIG catalog: passthrough, time-slicing and MPS still work"
+    node = NodeFactory()
+    for index in range(2):  # as inventory records a model the catalog lacks: not MIG-capable
+        GpuFactory(node=node, index=index, product="NVIDIA-Tesla-V100-SXM2-32GB", mig_capable=False)
+    response = client_viewer.get(reverse("console:node_detail", args=[node.pk]))
+    assert response.status_code == 200 and response.content.decode().count(notice) == 2
+    html = client_viewer.get(reverse("console:gpu_detail", args=[node.gpus.first().pk])).content.decode()
+    assert notice in html and "Not in MIG catalog" in html
+    l4 = GpuFactory(product="NVIDIA-L4", mig_capable=False).node  # known, just not MIG-capable
+    html = client_viewer.get(reverse("console:gpu_detail", args=[l4.gpus.get().pk])).content.decode()
+    assert notice not in html and "Not MIG-capable" in html
+    html = client_viewer.get(reverse("console:node_detail", args=[l4.pk])).content.decode()
+    assert notice not in html

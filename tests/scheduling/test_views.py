@@ -8,6 +8,7 @@ import pytest
 from django.urls import reverse
 
 from core.audit import Actor
+from fleet.models import Cluster
 from scheduling import services
 from scheduling.models import Schedule
 from scheduling.timeline import TL_HOUR, TL_LABEL, value_labeller, week_timeline
@@ -241,6 +242,18 @@ def test_schedule_page_lists_transitions_and_the_next_impact(client, viewer, act
     assert html.count('<td class="num">3</td>') == 14  # two switches a day
     assert "Impact of the next change" in html and f"?pool={pool.pk}" in html
     assert "GPU reset" in html
+
+
+def test_next_impact_says_when_the_clusters_mig_strategy_now_refuses_the_profile(client, viewer, actor, pool, profiles):
+    mig, _ = profiles
+    halves = sharing_services.profile_create(
+        actor=actor, name="mig-3g", mode="mig", target_products=[H100], mig_layouts={"all": {"3g.40gb": 2}}
+    )
+    schedule = day_night(actor, pool, (mig, halves), weekdays=list(range(7)))  # every change is to a MIG profile
+    Cluster.objects.filter(pk=pool.cluster_id).update(mig_strategy="none")  # the ClusterPolicy changed since
+    response = login(client, viewer).get(schedule.get_absolute_url())
+    assert response.status_code == 200
+    assert "cluster east&#x27;s ClusterPolicy sets spec.mig.strategy=none" in response.content.decode()
 
 
 # --- editor ----------------------------------------------------------------------------------------------------

@@ -146,3 +146,116 @@ def test_desired_states_show_drift_with_bounded_queries(
     rows = {r["node"]["name"]: r for r in response.json()["results"]}
     assert rows[node.name]["in_sync"] is False
     assert rows[node.name]["source"] == "pool" and rows[node.name]["desired_profile"]["id"] == pk
+
+
+# --- the cluster's MIG strategy (ClusterPolicy spec.mig.strategy, contracts §1.2) -----------------------------------
+
+MPS_PROFILE = {"name": "mps-4", "mode": "mps", "target_products": [H100], "replicas": 4}
+UNEQUAL_PROFILE = {
+    "name": "balanced",
+    "mode": "mig",
+    "target_products": [H100],
+    "mig_layouts": {"all": "3g.40gb x1 + 2g.20gb x1 + 1g.10gb x2"},
+}
+SINGLE_OK_PROFILE = {"name": "ones", "mode": "mig", "target_products": [H100], "mig_layouts": {"all": "1g.10gb x7"}}
+
+
+def _strategy_pool(strategy):
+    pool, node = _pool_with_node()
+    pool.cluster.mig_strategy = strategy
+    pool.cluster.save()
+    return pool, node
+
+
+@pytest.mark.parametrize(
+    ("strategy", "profile", "rule"),
+    [
+        ("mixed", MPS_PROFILE, "the device plugin refuses MPS (it exits at start-up"),
+        ("single", UNEQUAL_PROFILE, "all MIG devices of a node must be of one profile, not 1g.10gb, 2g.20gb, 3g.40gb"),
+        ("none", SINGLE_OK_PROFILE, "the device plugin advertises MIG-enabled GPUs whole, never their MIG devices"),
+    ],
+)
+def test_preview_assign_and_pin_refuse_what_the_clusters_mig_strategy_cannot_run(
+    admin_api, operator_api, viewer_api, strategy, profile, rule
+):
+    pool, node = _strategy_pool(strategy)
+    pk = admin_api.post("/api/v1/profiles/", profile, format="json").json()["id"]
+    expected = (
+        f"{profile['name']} cannot run there: cluster {pool.cluster.name}'s ClusterPolicy sets "
+        f"spec.mig.strategy={strategy}, under which {rule}"
+    )
+    for response in (
+        viewer_api.post(f"/api/v1/profiles/{pk}/preview/", {"pool": pool.pk}, format="json"),
+        viewer_api.post(f"/api/v1/profiles/{pk}/preview/", {"nodes": [node.pk]}, format="json"),
+        operator_api.post(f"/api/v1/profiles/{pk}/assign/", {"pool": pool.pk}, format="json"),
+        operator_api.post(f"/api/v1/profiles/{pk}/pin/", {"nodes": [node.pk]}, format="json"),
+    ):
+        assert response.status_code == 400, response.json()
+        assert response.json()["message"].startswith(expected), response.json()["message"]
+        assert response.json()["errors"]["profile"][0].startswith(f"cluster {pool.cluster.name}'s ClusterPolicy")
+    assert not PoolSharing.objects.exists() and not NodePin.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("strategy", "profile"), [("single", MPS_PROFILE), ("", MPS_PROFILE), ("single", SINGLE_OK_PROFILE)]
+)
+def test_what_the_clusters_strategy_can_run_is_assigned(admin_api, operator_api, viewer_api, strategy, profile):
+    pool, node = _strategy_pool(strategy)
+    pk = admin_api.post("/api/v1/profiles/", profile, format="json").json()["id"]
+    preview = viewer_api.post(f"/api/v1/profiles/{pk}/preview/", {"pool": pool.pk}, format="json")
+    assert preview.status_code == 200, preview.json()
+    (item,) = preview.json()["nodes"]
+    if profile is SINGLE_OK_PROFILE:  # the profile says mixed; the cluster runs single: its slices are nvidia.com/gpu
+        assert item["allocatable_after"] == {"nvidia.com/gpu": 14}
+    assert operator_api.post(f"/api/v1/profiles/{pk}/assign/", {"pool": pool.pk}, format="json").status_code == 200
+    assert operator_api.post(f"/api/v1/profiles/{pk}/pin/", {"nodes": [node.pk]}, format="json").status_code == 200
+
+
+def test_an_empty_pool_is_judged_by_its_clusters_strategy(admin_api, operator_api):
+    pool = NodePoolFactory(cluster__mig_strategy="mixed")
+    pk = admin_api.post("/api/v1/profiles/", MPS_PROFILE, format="json").json()["id"]
+    response = operator_api.post(f"/api/v1/profiles/{pk}/assign/", {"pool": pool.pk}, format="json")
+    assert response.status_code == 400 and "spec.mig.strategy=mixed, under which" in response.json()["message"]
+
+
+def test_a_single_cluster_refuses_gpus_a_per_gpu_layout_leaves_without_mig(admin_api, operator_api):
+    pool, node = _strategy_pool("single")
+    profile = {**SINGLE_OK_PROFILE, "mig_layouts": {"0": "1g.10gb x7"}}  # GPU 1 has no entry: MIG off
+    pk = admin_api.post("/api/v1/profiles/", profile, format="json").json()["id"]
+    response = operator_api.post(f"/api/v1/profiles/{pk}/pin/", {"nodes": [node.pk]}, format="json")
+    assert response.status_code == 400 and "MIG must be on for every GPU of a node" in response.json()["message"]
+
+
+def test_a_profile_change_the_clusters_strategy_cannot_run_is_refused(admin_api, operator_api):
+    pool, _ = _strategy_pool("single")
+    pk = admin_api.post("/api/v1/profiles/", SINGLE_OK_PROFILE, format="json").json()["id"]
+    assert operator_api.post(f"/api/v1/profiles/{pk}/assign/", {"pool": pool.pk}, format="json").status_code == 200
+    response = admin_api.patch(
+        f"/api/v1/profiles/{pk}/", {"mig_layouts": UNEQUAL_PROFILE["mig_layouts"]}, format="json"
+    )
+    assert response.status_code == 400 and "spec.mig.strategy=single" in response.json()["message"]
+
+
+# --- GPUs outside the MIG catalog --------------------------------------------------------------------------------
+
+UNKNOWN = "NVIDIA-Tesla-V100-SXM2-32GB"
+
+
+def test_a_gpu_outside_the_mig_catalog_is_shared_whole_but_never_split(admin_api, operator_api, viewer_api):
+    node = NodeFactory(allocatable={"nvidia.com/gpu": 2})
+    for index in range(2):
+        GpuFactory(node=node, index=index, product=UNKNOWN)
+    shared = {"name": "ts-4", "mode": "time_slicing", "target_products": [UNKNOWN], "replicas": 4}
+    created = admin_api.post("/api/v1/profiles/", shared, format="json")
+    assert created.status_code == 201, created.json()
+    pk = created.json()["id"]
+    preview = viewer_api.post(f"/api/v1/profiles/{pk}/preview/", {"nodes": [node.pk]}, format="json")
+    (item,) = preview.json()["nodes"]
+    assert item["errors"] == [] and item["allocatable_after"] == {"nvidia.com/gpu": 8} and not item["mig_config"]
+    assert operator_api.post(f"/api/v1/profiles/{pk}/pin/", {"nodes": [node.pk]}, format="json").status_code == 200
+    mig = {"name": "split", "mode": "mig", "target_products": [UNKNOWN], "mig_layouts": {"all": "1g.5gb x7"}}
+    refused = admin_api.post("/api/v1/profiles/", mig, format="json")
+    assert refused.status_code == 400
+    assert refused.json()["errors"]["target_products"] == [
+        f"{UNKNOWN} is not in Tessera's MIG catalog: MIG needs a known GPU model."
+    ]

@@ -39,7 +39,10 @@ DEVICE_PLUGIN_CASES = {
     "device_plugin_time_slicing": DevicePluginSpec(
         "none", "time_slicing", replicas=4, rename_by_default=True, fail_requests_greater_than_one=True
     ),
-    "device_plugin_mps": DevicePluginSpec("none", "mps", replicas=8, rename_by_default=False),
+    # Tessera writes MPS's failRequestsGreaterThanOne out: absent, the plugin takes it as true (§3.3).
+    "device_plugin_mps": DevicePluginSpec(
+        "none", "mps", replicas=8, rename_by_default=False, fail_requests_greater_than_one=False
+    ),
     "device_plugin_mixed_mig": DevicePluginSpec(
         "mixed", "time_slicing", replicas=2, resources=("nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb")
     ),

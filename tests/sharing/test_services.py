@@ -1,14 +1,19 @@
 """Profiles, pool defaults and pins: validated against the fleet's GPUs, audited, desired state selected."""
 
+from datetime import time
+
 import pytest
 
 from core.audit import Actor
 from core.exceptions import ApplicationError
 from core.models import AuditEvent
+from fleet.models import Cluster, Node
+from scheduling import services as schedule_services
 from scheduling.selectors import desired_state, desired_vs_observed
 from sharing import services
 from sharing.selectors import preview_summary, profile_preview
 from tests.factories import GpuFactory, MigDeviceFactory, NodeFactory, NodePoolFactory, PodFactory
+from worker import selectors
 
 pytestmark = pytest.mark.django_db
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -157,3 +162,42 @@ def test_pinning_several_nodes_is_all_or_nothing(actor):
     assert not fits.__class__.objects.filter(pin__isnull=False).exists()
     pins = services.nodes_pin_profile(actor=actor, nodes=[fits], profile=profile, reason="canary")
     assert [p.node_id for p in pins] == [fits.pk]
+
+
+# --- the cluster's MIG strategy (ClusterPolicy spec.mig.strategy, contracts §1.2) -----------------------------------
+
+
+def test_a_node_whose_cluster_strategy_cannot_run_its_profile_gets_no_config(actor):
+    pool = NodePoolFactory()
+    node = _node_with_gpus(pool, observed_mig_config="all-disabled", config_state="success")
+    mps = services.profile_create(actor=actor, name="mps-4", mode="mps", target_products=[H100], replicas=4)
+    services.pool_set_profile(actor=actor, pool=pool, profile=mps)
+    Cluster.objects.filter(pk=pool.cluster_id).update(mig_strategy="mixed")  # the ClusterPolicy changed since
+    (row,) = desired_vs_observed([Node.objects.get(pk=node.pk)])
+    assert row.config is None and row.in_sync is False  # the reconcile loop plans nothing for it
+    assert row.problems == (
+        f"cluster {pool.cluster.name}'s ClusterPolicy sets spec.mig.strategy=mixed, under which the device plugin "
+        "refuses MPS (it exits at start-up: the node advertises no GPU)",
+    )
+    assert selectors.plan([Node.objects.get(pk=node.pk)]) == {}
+
+
+def test_the_clusters_strategy_decides_the_rendered_config_and_expected_resources(actor):
+    pool = NodePoolFactory(cluster__mig_strategy="single")
+    node = _node_with_gpus(pool)
+    profile = _mig_profile(actor, mig_strategy="mixed", replicas=2)
+    services.pool_set_profile(actor=actor, pool=pool, profile=profile)
+    (row,) = desired_vs_observed([Node.objects.get(pk=node.pk)])
+    assert "migStrategy: single" in row.config.device_plugin_text
+    assert "      - name: nvidia.com/gpu\n        replicas: 2\n" in row.config.device_plugin_text
+    assert selectors.to_config(row)["allocatable"] == {"nvidia.com/gpu": 28}
+
+
+def test_a_schedule_window_the_clusters_strategy_cannot_run_is_refused(actor):
+    pool = NodePoolFactory(cluster__mig_strategy="mixed")
+    _node_with_gpus(pool)
+    mps = services.profile_create(actor=actor, name="mps-4", mode="mps", target_products=[H100], replicas=4)
+    windows = [{"name": "day", "weekdays": [0], "start": time(8), "end": time(18), "profile": mps}]
+    with pytest.raises(ApplicationError) as err:
+        schedule_services.schedule_create(actor=actor, pool=pool, name="s", time_zone="UTC", windows=windows)
+    assert "spec.mig.strategy=mixed" in err.value.message and err.value.errors["profile"]

@@ -5,6 +5,7 @@ import re
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from core.audit import Actor
 from core.models import AuditEvent
@@ -190,7 +191,40 @@ def test_profile_page_draws_the_layout_per_product(client, viewer, actor):
     assert "nvidia.com/mig-1g.10gb: 1" in html
 
 
+def test_mps_profile_page_says_what_each_clusters_device_plugin_does(client, viewer, admin_user, actor):
+    now = timezone.now()
+    ClusterFactory(
+        name="old-plugin", mig_strategy="single", device_plugin_version="v0.17.0", cluster_policy_read_at=now
+    )
+    ClusterFactory(name="new-plugin", mig_strategy="", device_plugin_version="v0.20.0", cluster_policy_read_at=now)
+    ClusterFactory(name="mixed-one", mig_strategy="mixed", device_plugin_version="v0.20.0", cluster_policy_read_at=now)
+    ClusterFactory(name="never-read")
+    profile = services.profile_create(actor=actor, name="mps-4", mode="mps", target_products=[H100], replicas=4)
+    html = login(client, viewer).get(profile.get_absolute_url()).content.decode()
+    section = html[html.index('id="clusters-heading"') :]
+    assert section.index("mixed-one") < section.index("new-plugin") < section.index("old-plugin")
+    assert "never-read" not in section
+    assert "Older than v0.20.0: under MPS it refuses every request for more than one replica" in section
+    assert "v0.20.0 or later: an MPS client may ask for more than one replica" in section
+    assert "Refused</span> cluster mixed-one&#x27;s ClusterPolicy sets spec.mig.strategy=mixed" in section
+    html = login(client, admin_user).get(reverse("sharing:profile_update", args=[profile.pk])).content.decode()
+    assert "device plugin v0.20.0 and later honour it either way" in html
+    assert "Older than v0.20.0" in html and "spec.mig.strategy=mixed, under which" in html
+
+
 # --- editor ----------------------------------------------------------------------------------------------------
+
+
+def test_editor_offers_the_gpus_the_fleet_reports_outside_the_mig_catalog(client, admin_user):
+    make_node(product="NVIDIA-Tesla-V100-SXM2-32GB", gpus=1)
+    html = login(client, admin_user).get(reverse("sharing:profile_create")).content.decode()
+    assert "NVIDIA-Tesla-V100-SXM2-32GB · not in the MIG catalog (no MIG)" in html
+    data = editor_data(
+        name="v100-ts", mode="time_slicing", target_products=["NVIDIA-Tesla-V100-SXM2-32GB"], replicas="4"
+    )
+    response = client.post(reverse("sharing:profile_create"), data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert SharingProfile.objects.get(name="v100-ts").target_products == ["NVIDIA-Tesla-V100-SXM2-32GB"]
 
 
 def test_create_a_mig_profile(client, admin_user):
@@ -332,6 +366,20 @@ def test_node_preview_and_refusal_reasons(client, operator, mig7):
     html = login(client, operator).get(url).content.decode()
     assert "Refused" in html and "the profile targets NVIDIA-H100-80GB-HBM3; the node has NVIDIA-A30" in html
     assert "Pin 2 nodes to mig-7" in html and "disabled" in html
+
+
+def test_preview_names_the_cluster_and_rule_its_mig_strategy_breaks(client, operator, actor):
+    cluster = ClusterFactory(name="prod-east", mig_strategy="mixed")
+    node = make_node(cluster=cluster, name="h")
+    mps = services.profile_create(actor=actor, name="mps-4", mode="mps", target_products=[H100], replicas=4)
+    url = reverse("console:profile_preview", args=[mps.pk]) + f"?nodes={node.pk}"
+    response = login(client, operator).get(url)
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "mps-4 cannot run there: cluster prod-east&#x27;s ClusterPolicy sets spec.mig.strategy=mixed" in html
+    assert "Pin 1 node to mps-4" not in html
+    response = client.post(reverse("console:profile_pin", args=[mps.pk]), {"nodes": [node.pk]})
+    assert response.status_code == 400 and not NodePin.objects.exists()
 
 
 def test_preview_without_scope_asks_for_one(client, viewer, mig7):

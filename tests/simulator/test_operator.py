@@ -280,10 +280,53 @@ def test_time_slicing_config_multiplies_allocatable(sim, core):
     assert labels["nvidia.com/gpu.replicas"] == "4"
     assert labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-L4-SHARED"
-    label(core, L4, PLUGIN_CONFIG, "mps-4")
+
+
+def set_mig_strategy(custom, strategy: str) -> None:
+    """What an admin does to the ClusterPolicy; the operator restarts every device-plugin pod (§1.2)."""
+    patch = {"spec": {"mig": {"strategy": strategy}}}
+    custom.patch_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy", patch)
+
+
+def plugin_pod(core, node: str):
+    pods = core.list_namespaced_pod(
+        "gpu-operator", label_selector="app=nvidia-device-plugin-daemonset", field_selector=f"spec.nodeName={node}"
+    ).items
+    (pod,) = pods
+    return pod
+
+
+def test_mps_under_the_mixed_strategy_crash_loops_the_device_plugin(sim, core, custom):
+    assert custom.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")["spec"]["mig"] == {
+        "strategy": "mixed"
+    }
+    label(core, L4, PLUGIN_CONFIG, "mps-4")  # an L4 has no MIG at all: the flags alone make the plugin exit
     assert sim.settle()
+    assert gpu_allocatable(core, L4) == {}
+    assert core.read_node(L4).status.allocatable["nvidia.com/gpu"] == "0"
+    crashed = {
+        s.name: s.state.waiting.reason for s in plugin_pod(core, L4).status.container_statuses if s.state.waiting
+    }
+    assert crashed == {"nvidia-device-plugin": "CrashLoopBackOff"}
+    events = core.list_namespaced_event(
+        "gpu-operator", field_selector=f"involvedObject.name={plugin_pod(core, L4).metadata.name}"
+    )
+    assert any("using --mig-strategy=mixed is not supported with MPS" in e.message for e in events.items)
+    assert sim.state(L4)["device_plugin"]["error"] == "using --mig-strategy=mixed is not supported with MPS"
+    set_mig_strategy(custom, "single")
+    assert sim.settle()
+    assert gpu_allocatable(core, L4) == {"nvidia.com/gpu": "16"}
     labels = labels_of(core, L4)
     assert (labels["nvidia.com/gpu.sharing-strategy"], labels["nvidia.com/mps.capable"]) == ("mps", "true")
+    assert all(s.ready for s in plugin_pod(core, L4).status.container_statuses)
+
+
+def test_an_unset_strategy_leaves_the_config_in_charge(sim, core, custom):
+    set_mig_strategy(custom, None)  # merge patch: removes spec.mig.strategy; the operator sets no MIG_STRATEGY
+    assert sim.settle()
+    label(core, L4, PLUGIN_CONFIG, "mps-4")  # its flags.migStrategy is none
+    assert sim.settle()
+    assert gpu_allocatable(core, L4) == {"nvidia.com/gpu": "16"}
 
 
 def test_rename_by_default_advertises_gpu_shared(sim, core):
@@ -329,7 +372,9 @@ def test_edited_plugin_config_is_not_noticed_until_the_plugin_restarts(sim, core
     assert gpu_allocatable(core, L4) == {"nvidia.com/gpu": "32"}
 
 
-def test_mps_on_a_mig_node_breaks_the_plugin(sim, core):
+def test_mps_on_a_mig_node_breaks_the_plugin(sim, core, custom):
+    set_mig_strategy(custom, "single")
+    label(core, H100_BALANCED, MIG_CONFIG, "all-1g.10gb")
     label(core, H100_BALANCED, PLUGIN_CONFIG, "mps-4")
     assert sim.settle()
     assert gpu_allocatable(core, H100_BALANCED) == {}

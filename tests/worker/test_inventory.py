@@ -6,11 +6,16 @@ import threading
 import time
 
 import pytest
+from kubernetes import client, config
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.audit import Actor
+from core.exceptions import ApplicationError
 from fleet.models import Cluster, Gpu, MigDevice, Node, Pod
+from sharing import services as sharing_services
 from sharing.qos import qos_class
 from simulator.resources import NODES, PODS
+from tests.factories import NodePoolFactory
 from tests.processes import wait_until
 from worker.drivers import driver_for
 from worker.inventory.cluster import cluster_health, scrape_metrics, sync_cluster_full
@@ -244,6 +249,45 @@ def test_health_says_plainly_when_the_cluster_policy_is_not_tesseras(sim, sim_cl
     assert cluster_health(sim_cluster).ok
     sim_cluster.refresh_from_db()
     assert (sim_cluster.connection_state, sim_cluster.last_error) == ("ok", "")
+
+
+@pytest.mark.django_db
+def test_health_stores_the_cluster_policys_mig_strategy_and_plugin_version(sim, sim_cluster):
+    assert sim_cluster.cluster_policy_read_at is None
+    cluster_health(sim_cluster, record=False)  # the watcher's call: the policy is stored all the same
+    sim_cluster.refresh_from_db()
+    assert (sim_cluster.mig_strategy, sim_cluster.device_plugin_version) == ("mixed", "v0.20.0")
+    assert sim_cluster.cluster_policy_read_at is not None and sim_cluster.mps_honours_fail_false is True
+    with config.new_client_from_config(config_file=sim.kubeconfig_path) as api:
+        patch = {"spec": {"mig": {"strategy": None}, "devicePlugin": {"version": None}}}
+        client.CustomObjectsApi(api).patch_cluster_custom_object(
+            "nvidia.com", "v1", "clusterpolicies", "cluster-policy", patch, _content_type=MERGE
+        )
+    cluster_health(sim_cluster)
+    sim_cluster.refresh_from_db()
+    # Not set: each node's config decides; no version in the policy: the tag of the DaemonSet's plugin container.
+    assert (sim_cluster.mig_strategy, sim_cluster.device_plugin_version) == ("", "v0.20.0")
+
+
+@pytest.mark.django_db
+def test_mps_is_refused_while_the_cluster_policy_says_mixed(sim, sim_cluster, admin_user):
+    actor = Actor.for_user(admin_user)
+    sync_cluster_full(sim_cluster, metrics=False)
+    pool = NodePoolFactory(cluster=sim_cluster)
+    Node.objects.filter(name=L4).update(pool=pool)
+    product = Gpu.objects.filter(node__name=L4).values_list("product", flat=True).first()
+    mps = sharing_services.profile_create(actor=actor, name="mps-4", mode="mps", target_products=[product], replicas=4)
+    cluster_health(sim_cluster)
+    with pytest.raises(ApplicationError) as refused:
+        sharing_services.pool_set_profile(actor=actor, pool=pool, profile=mps)
+    assert "cluster sim's ClusterPolicy sets spec.mig.strategy=mixed" in refused.value.message
+    with config.new_client_from_config(config_file=sim.kubeconfig_path) as api:
+        patch = {"spec": {"mig": {"strategy": "single"}}}
+        client.CustomObjectsApi(api).patch_cluster_custom_object(
+            "nvidia.com", "v1", "clusterpolicies", "cluster-policy", patch, _content_type=MERGE
+        )
+    cluster_health(sim_cluster)
+    assert sharing_services.pool_set_profile(actor=actor, pool=pool, profile=mps).profile == mps
 
 
 @pytest.mark.django_db

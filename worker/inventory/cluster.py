@@ -8,7 +8,13 @@ from kubernetes import client
 
 from fleet.models import Node
 from fleet.observations import NodeObservation
-from fleet.services import NODE_FIELDS, cluster_record_contact, gpu_metrics_record, inventory_record
+from fleet.services import (
+    NODE_FIELDS,
+    cluster_record_contact,
+    cluster_record_policy,
+    gpu_metrics_record,
+    inventory_record,
+)
 from worker.drivers.base import DriverError
 from worker.drivers.kubernetes import api as k8s
 from worker.drivers.kubernetes.labels import node_labels, node_ready
@@ -84,7 +90,8 @@ def scrape_metrics(cluster) -> SyncResult:
 
 def cluster_health(cluster, *, record: bool = True) -> HealthReport:
     """API reachable, ClusterPolicy found, MIG and device-plugin ConfigMaps managed by Tessera; the first problem
-    is stored on the cluster (connection state error + last_error) so the UI says it plainly."""
+    is stored on the cluster (connection state error + last_error) so the UI says it plainly. The policy's MIG
+    strategy and the device plugin's version are stored whenever the policy was read."""
     try:
         report = Operator(k8s.api_client(cluster), cluster.operator_namespace, cluster.name).health()
     except DriverError as exc:
@@ -93,6 +100,10 @@ def cluster_health(cluster, *, record: bool = True) -> HealthReport:
     except Exception as exc:
         report = HealthReport()
         report.add("api_reachable", False, f"{cluster.name}: {k8s.error_text(exc)}")
+    if report.policy is not None:
+        cluster_record_policy(
+            cluster, mig_strategy=report.policy.mig_strategy, device_plugin_version=report.device_plugin_version
+        )
     if record:
         cluster_record_contact(cluster, report.problem, reached=report.reachable)
     return report

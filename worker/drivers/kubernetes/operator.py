@@ -8,6 +8,7 @@ before any node is labelled with them.
 """
 
 import copy
+import logging
 from dataclasses import dataclass, field
 
 from kubernetes import client
@@ -18,6 +19,8 @@ from worker.drivers.base import DriverError
 from worker.drivers.kubernetes.api import MERGE_PATCH, call, error_text, is_transient, list_all, read_json
 from worker.drivers.kubernetes.labels import MANAGED_BY, MANAGED_BY_TESSERA, MIG_CONFIG, PLUGIN_CONFIG
 
+log = logging.getLogger(__name__)
+
 POLICY = ("nvidia.com", "v1", "clusterpolicies")
 MIG_FILE_KEY = "config.yaml"
 OPERATOR_MIG_CONFIGMAP = "default-mig-parted-config"
@@ -26,24 +29,34 @@ SUGGESTED_MIG_CONFIGMAP = "tessera-mig-parted-config"
 SUGGESTED_PLUGIN_CONFIGMAP = "tessera-device-plugin-config"
 CONFIGMAP_LIMIT = 1_000_000  # bytes; the API server refuses objects over ~1 MiB
 CONFLICT_ATTEMPTS = 6
+# The operator's device-plugin DaemonSet and its plugin container (gpu-operator assets/state-device-plugin).
+PLUGIN_DAEMONSET, PLUGIN_CONTAINER = "nvidia-device-plugin-daemonset", "nvidia-device-plugin"
 
 
 @dataclass(frozen=True)
 class Policy:
-    """What Tessera needs from the ClusterPolicy."""
+    """What Tessera needs from the ClusterPolicy. `mig_strategy` is spec.mig.strategy, which the operator sets as
+    the device plugin's MIG_STRATEGY over any rendered flags.migStrategy ("": not set, the config decides; §1.2);
+    `device_plugin_version` is spec.devicePlugin.version, the plugin's image tag ("" when the operator's own
+    default image applies)."""
 
     name: str
     mig_configmap: str
     plugin_configmap: str
     raw: dict
+    mig_strategy: str = ""
+    device_plugin_version: str = ""
 
 
 @dataclass
 class HealthReport:
-    """Named checks of a cluster, in order; `problem` is the first failure, phrased for an admin."""
+    """Named checks of a cluster, in order; `problem` is the first failure, phrased for an admin. With the
+    ClusterPolicy read, `policy` and the device plugin's version (from the policy, else its DaemonSet)."""
 
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
     reachable: bool = False
+    policy: Policy | None = None
+    device_plugin_version: str = ""
 
     def add(self, name: str, ok: bool, message: str) -> bool:
         self.checks.append((name, ok, message))
@@ -64,6 +77,7 @@ class Operator:
     def __init__(self, api: client.ApiClient, namespace: str, cluster_name: str):
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.apps = client.AppsV1Api(api)
         self.version = client.VersionApi(api)
         self.namespace = namespace
         self.cluster_name = cluster_name
@@ -85,12 +99,31 @@ class Operator:
         items.sort(key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))
         raw = items[0]
         spec = raw.get("spec") or {}
+        plugin = spec.get("devicePlugin") or {}
         return Policy(
             name=raw["metadata"]["name"],
             mig_configmap=((spec.get("migManager") or {}).get("config") or {}).get("name") or "",
-            plugin_configmap=((spec.get("devicePlugin") or {}).get("config") or {}).get("name") or "",
+            plugin_configmap=(plugin.get("config") or {}).get("name") or "",
             raw=raw,
+            mig_strategy=str((spec.get("mig") or {}).get("strategy") or ""),
+            device_plugin_version=str(plugin.get("version") or ""),
         )
+
+    def device_plugin_version(self, policy: Policy) -> str:
+        """The plugin's image tag: the ClusterPolicy's (what Helm installs set), else the tag the operator's
+        DaemonSet runs (installs through OLM set images in the operator's environment instead); "" if neither."""
+        if policy.device_plugin_version:
+            return policy.device_plugin_version
+        try:
+            daemonset = read_json(self.apps.read_namespaced_daemon_set, PLUGIN_DAEMONSET, self.namespace)
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                return ""
+            raise
+        template = ((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}
+        containers = template.get("containers") or []
+        image = next((c.get("image") or "" for c in containers if c.get("name") == PLUGIN_CONTAINER), "")
+        return image_tag(image)
 
     def configmap(self, name: str) -> dict | None:
         try:
@@ -228,6 +261,11 @@ class Operator:
             report.add("cluster_policy", False, f"cannot read ClusterPolicies: {error_text(exc)}")
             return report
         report.add("cluster_policy", True, f"ClusterPolicy {policy.name}")
+        report.policy = policy
+        try:
+            report.device_plugin_version = self.device_plugin_version(policy)
+        except Exception as exc:  # the version only refines what the UI says; health goes on without it
+            log.warning("reading the device plugin DaemonSet of %s failed: %s", self.cluster_name, error_text(exc))
         problem = self.mig_problem(policy)
         if problem and not policy.mig_configmap and self._generated_configs_exist():
             problem += " (GPU Operator >= v26.3 publishes per-node <node>-mig-config ConfigMaps; their config names "
@@ -312,6 +350,14 @@ class Operator:
         call(self.custom.patch_cluster_custom_object, *POLICY, policy.name, patch, _content_type=MERGE_PATCH)
         done.append(f"ClusterPolicy {policy.name} now points at {mig_configmap} and {plugin_configmap}")
         return done
+
+
+def image_tag(image: str) -> str:
+    """The tag or digest of an image reference ("nvcr.io/nvidia/k8s-device-plugin:v0.17.0" -> "v0.17.0")."""
+    if "@" in image:
+        return image.rsplit("@", 1)[1]
+    name = image.rsplit("/", 1)[-1]
+    return name.rsplit(":", 1)[1] if ":" in name else ""
 
 
 def _retry_unless_conflict(exc: BaseException) -> bool:
