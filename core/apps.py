@@ -19,4 +19,12 @@ class CoreConfig(AppConfig):
     verbose_name = "Tessera core"
 
     def ready(self):
+        from celery.signals import before_task_publish
+
+        from core import broker, health, metrics
+
         post_migrate.connect(ensure_role_groups, sender=self)
+        before_task_publish.connect(broker.stamp_sent_at, dispatch_uid="core.broker.stamp_sent_at")
+        metrics.register("core", metrics.BrokerCollector())
+        health.register("database", health.database_checks)
+        health.register("broker", health.broker_checks)

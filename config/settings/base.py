@@ -202,6 +202,11 @@ TESSERA = {
         "wait_minutes": env.int("TESSERA_ROLLOUT_WAIT_MINUTES", default=30),
         "verify_timeout_seconds": env.int("TESSERA_ROLLOUT_VERIFY_TIMEOUT", default=600),
     },
+    # Checks of /readyz that answer 503 when they fail (the others are reported only): database, broker, watch,
+    # beat (docs/metrics.md).
+    "READYZ_REQUIRED": env.list("TESSERA_READYZ_REQUIRED", default=["database"]),
+    # A schedule transition whose pool still has nodes waiting for a change this long after it is missed.
+    "SCHEDULE_GRACE_SECONDS": env.int("TESSERA_SCHEDULE_GRACE_SECONDS", default=600),
 }
 CELERY_BEAT_SCHEDULE = {
     "qos-compliance": {
