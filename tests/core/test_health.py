@@ -2,23 +2,11 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-from prometheus_client.parser import text_string_to_metric_families
 
 from core import health, metrics
 from tests.factories import GpuFactory
 
 pytestmark = pytest.mark.django_db
-
-
-def scrape(client) -> dict:
-    """/metrics parsed: family name -> {sorted label items: value} of its samples (suffixes kept in the sample)."""
-    response = client.get("/metrics")
-    assert response.status_code == 200
-    families = {}
-    for family in text_string_to_metric_families(response.content.decode()):
-        for sample in family.samples:
-            families.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
-    return families
 
 
 def test_healthz_is_cheap(client, django_assert_num_queries):
@@ -60,9 +48,9 @@ def test_readyz_a_failing_check_says_why(client, monkeypatch):
     }
 
 
-def test_metrics_exposes_fleet_gauges(client):
+def test_metrics_exposes_fleet_gauges(scrape):
     GpuFactory(product="NVIDIA-A30", health="unhealthy", ecc_dbe_total=2)
-    families = scrape(client)
+    families = scrape()
     assert families["tessera_gpus"][(("health", "unhealthy"), ("product", "NVIDIA-A30"))] == 1
     assert families["tessera_gpu_ecc_errors"][(("product", "NVIDIA-A30"), ("type", "dbe"))] == 2
     (labels,) = families["tessera_gpu_unhealthy"]
@@ -79,14 +67,14 @@ def test_metrics_exposes_fleet_gauges(client):
     }
 
 
-def test_a_failing_collector_leaves_the_others(client, monkeypatch):
+def test_a_failing_collector_leaves_the_others(scrape, monkeypatch):
     class Broken:
         def collect(self):
             raise RuntimeError("boom")
             yield
 
     monkeypatch.setitem(metrics._APP_COLLECTORS.collectors, "sharing", Broken())
-    families = scrape(client)
+    families = scrape()
     assert families["tessera_scrape_collector_success"][(("collector", "sharing"),)] == 0
     assert families["tessera_scrape_collector_success"][(("collector", "fleet"),)] == 1
 
