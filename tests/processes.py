@@ -2,6 +2,7 @@
 database, and the node agent on simulated GPUs."""
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+import pytest
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,3 +142,15 @@ def finish(proc: subprocess.Popen, log: IO[bytes], *, timeout: float = 20) -> in
             proc.kill()
             proc.wait()
         log.close()
+
+
+def required_binary(name: str, package: str) -> str:
+    """The path of an installed tool the test needs; skipped where it is missing, but failed under CI=true (where
+    `make test` installs Debian's `package`: such tests may not skip there)."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed: run `make {package}` (as root) or `apt-get install {package}`"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message + "; it is required in CI")
+        pytest.skip(message)
+    return path
