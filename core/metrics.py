@@ -5,6 +5,8 @@ says so in `tessera_scrape_collector_success`."""
 
 import logging
 import time
+from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry
@@ -15,6 +17,17 @@ from core.broker import queue_stats
 log = logging.getLogger(__name__)
 
 REGISTRY = CollectorRegistry(auto_describe=False)
+_SCRAPE_MEMO: ContextVar[dict | None] = ContextVar("tessera_scrape_memo", default=None)
+
+
+def once_per_scrape(key: str, compute: Callable[[], object]):
+    """`compute()` once per scrape, shared by the collectors that need it (outside a scrape: every call)."""
+    memo = _SCRAPE_MEMO.get()
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
 
 
 class AppCollectors:
@@ -32,6 +45,16 @@ class AppCollectors:
         success = GaugeMetricFamily(
             "tessera_scrape_collector_success", "1 if the collector's series are in this scrape.", labels=["collector"]
         )
+        token = _SCRAPE_MEMO.set({})
+        try:
+            families = list(self._collect_all(seconds, success))
+        finally:
+            _SCRAPE_MEMO.reset(token)
+        yield from families
+        yield seconds
+        yield success
+
+    def _collect_all(self, seconds, success):
         for name, collector in self.collectors.items():
             started = time.perf_counter()
             try:
@@ -44,8 +67,6 @@ class AppCollectors:
             yield from families
             seconds.add_metric([name], time.perf_counter() - started)
             success.add_metric([name], ok)
-        yield seconds
-        yield success
 
 
 _APP_COLLECTORS = AppCollectors()

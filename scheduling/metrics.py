@@ -2,8 +2,8 @@
 
 from prometheus_client.core import GaugeMetricFamily
 
-from core.metrics import timestamp
-from scheduling.selectors import transitions_around
+from core.metrics import once_per_scrape, timestamp
+from scheduling.selectors import TRANSITIONS_AROUND_NOW, transitions_around
 
 
 class ScheduleCollector:
@@ -21,7 +21,7 @@ class ScheduleCollector:
             "When the schedule's next transition is due.",
             labels=labels,
         )
-        for schedule, (last, following) in transitions_around().items():
+        for schedule, (last, following) in once_per_scrape(TRANSITIONS_AROUND_NOW, transitions_around).items():
             key = [schedule.pool.cluster.name, schedule.pool.name, schedule.name]
             if last is not None:
                 due.add_metric(key, timestamp(last.at))

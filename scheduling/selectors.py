@@ -281,6 +281,9 @@ def upcoming_transitions(*, hours: int = 48, now=None) -> list[ScheduledTransiti
     return _transitions(schedules, now, now + timedelta(hours=hours), counts)
 
 
+TRANSITIONS_AROUND_NOW = "scheduling.transitions_around"  # the key /metrics' collectors share it under
+
+
 def transitions_around(now=None, *, days: int = 8) -> dict[Schedule, tuple]:
     """Every enabled schedule's latest transition that has come due (at or before `now`) and its next one, within
     `days` either side (None where there is none): what /metrics reports and checks for missed transitions."""

@@ -17,10 +17,10 @@ from prometheus_client.core import (
     SummaryMetricFamily,
 )
 
-from core.metrics import age_seconds, timestamp
+from core.metrics import age_seconds, once_per_scrape, timestamp
 from fleet.choices import ClusterDriver
 from fleet.models import Cluster
-from scheduling.selectors import transitions_around
+from scheduling.selectors import TRANSITIONS_AROUND_NOW, transitions_around
 from worker.choices import ACTIVE_CHANGE_STATUSES, RolloutStatus
 from worker.models import ChangePhaseBucket, ClusterApiErrors, ClusterWatch, LoopRun, NodeChange, NodeDrift, Rollout
 from worker.telemetry import PHASE_BUCKETS, RECONCILE_LOOP
@@ -154,7 +154,7 @@ class WorkerCollector:
         for _cluster, _pool, pool_id, reason, _n, since in drift_rows:
             if reason != NodeDrift.Reason.CHANGING:
                 behind[pool_id] = min(since, behind.get(pool_id, since))
-        for schedule, (last, _next) in transitions_around(now).items():
+        for schedule, (last, _next) in once_per_scrape(TRANSITIONS_AROUND_NOW, transitions_around).items():
             late = (
                 last is not None
                 and now - SCHEDULE_LOOKBACK <= last.at <= now - grace
