@@ -34,8 +34,8 @@ def parse_args(argv):
 
 
 def seed(nodes: int, gpus_per_node: int) -> None:
-    """A fleet as a scrape meets it on a busy day: 2 Kubernetes clusters and an agent cluster (one node in ten, with
-    credentials), 40 pools with schedules and compliance reports, 1 % of nodes in a troubled config state, 0.6 %
+    """A fleet as a scrape meets it on a busy day: 2 Kubernetes clusters and an agent cluster (a third of the nodes,
+    with credentials), 40 pools with schedules and compliance reports, 1 % of nodes in a troubled config state, 0.6 %
     with an unhealthy GPU, 2,000 XID events, 5 rollouts with 1,000 node changes, 4 % of nodes drifted."""
     from django.utils import timezone
 
