@@ -121,8 +121,11 @@ class ClusterWatcher:
                     self.stop_event.wait(backoff * random.uniform(0.5, 1.0))
                     backoff = min(BACKOFF_CAP, backoff * 2)
         finally:
-            watch_record(self.cluster.pk, connected=False, error="the watcher stopped")
-            api_errors_flush()
+            try:
+                watch_record(self.cluster.pk, connected=False, error="the watcher stopped")
+                api_errors_flush()
+            except Exception:  # the database may be what stopped us; the heartbeat's age tells the rest
+                log.warning("could not record the end of the watch of %s", self.cluster.name, exc_info=True)
             connections.close_all()  # this thread's connections: a watcher thread ends for good
 
     def _list(self, *, gpus: bool) -> None:
