@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export DJANGO_SETTINGS_MODULE ?= config.settings.local
 
-.PHONY: run test lint format install install-dev chromium admin-password seed bench clean
+.PHONY: run test lint format install install-dev chromium prometheus admin-password seed bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Tessera needs Python 3.11, found " + sys.version.split()[0]'
@@ -35,12 +35,22 @@ chromium:
 		echo "The browser tests need Chromium at /usr/bin/chromium: run 'sudo apt-get install chromium'." >&2; exit 1; \
 	fi
 
+# Debian's prometheus for the alert-rule tests (promtool) and the alert test against a real server; same policy.
+prometheus:
+	@if command -v promtool >/dev/null && command -v prometheus >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "Installing Debian's prometheus for the alert-rule tests…"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	else \
+		echo "The alert-rule tests need promtool and prometheus: run 'sudo apt-get install prometheus'." >&2; exit 1; \
+	fi
+
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
 
-test: install-dev chromium lint
+test: install-dev chromium prometheus lint
 	DJANGO_SETTINGS_MODULE=config.settings.test $(BIN)/pytest $(PYTEST_ARGS)
 
 format: install-dev

@@ -19,4 +19,14 @@ class CoreConfig(AppConfig):
     verbose_name = "Tessera core"
 
     def ready(self):
+        from celery.signals import before_task_publish
+
+        from core import embedded, health, metrics, queue_stats
+
         post_migrate.connect(ensure_role_groups, sender=self)
+        before_task_publish.connect(queue_stats.stamp_sent_at, dispatch_uid="core.queue_stats.stamp_sent_at")
+        metrics.register("core", metrics.BrokerCollector())
+        health.register("database", health.database_checks)
+        health.register("broker", health.broker_checks)
+        health.register("embedded", embedded.embedded_checks)
+        metrics.register("embedded", embedded.EmbeddedCollector())

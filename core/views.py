@@ -7,7 +7,6 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db import connection
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -16,7 +15,7 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseLocation
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from core import services
+from core import health, services
 from core.audit import Actor
 from core.exceptions import ApplicationError
 from core.filtersets import AuditEventFilterSet
@@ -33,13 +32,15 @@ def healthz(request):
 
 @require_GET
 def readyz(request):
-    """Readiness: the database answers."""
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-    except Exception as exc:  # any database failure means not ready
-        return JsonResponse({"status": "unavailable", "database": str(exc)}, status=503)
-    return JsonResponse({"status": "ok", "database": "ok"})
+    """Readiness, per dependency (core.health): 503 when a required one fails, every check in words either way."""
+    checks = health.run_checks()
+    failed_required = [c.name for c in checks if not c.ok and health.required(c)]
+    status = "unavailable" if failed_required else ("ok" if all(c.ok for c in checks) else "degraded")
+    body = {
+        "status": status,
+        "checks": {c.name: {"ok": c.ok, "required": health.required(c), "detail": c.detail} for c in checks},
+    }
+    return JsonResponse(body, status=503 if failed_required else 200, json_dumps_params={"indent": 2})
 
 
 @require_GET

@@ -7,7 +7,7 @@ class FleetConfig(AppConfig):
     name = "fleet"
 
     def ready(self):
-        from core.metrics import REGISTRY
+        from core import metrics
         from fleet.metrics import FleetCollector
 
-        REGISTRY.register(FleetCollector())
+        metrics.register("fleet", FleetCollector())

@@ -300,6 +300,26 @@ def upcoming_transitions(*, hours: int = 48, now=None) -> list[ScheduledTransiti
     return _transitions(schedules, now, now + timedelta(hours=hours), counts)
 
 
+TRANSITIONS_AROUND_NOW = "scheduling.transitions_around"  # the key /metrics' collectors share it under
+
+
+def transitions_around(now=None, *, days: int = 8) -> dict[Schedule, tuple]:
+    """Every enabled schedule's latest transition that has come due (at or before `now`) and its next one, within
+    `days` either side (None where there is none): what /metrics reports and checks for missed transitions."""
+    now = now or timezone.now()
+    schedules = list(
+        Schedule.objects.filter(enabled=True).select_related("pool__cluster").prefetch_related("windows", "exceptions")
+    )
+    result = {s: (None, None) for s in schedules}
+    for t in _transitions(schedules, now - timedelta(days=days), now + timedelta(days=days)):
+        last, upcoming = result[t.schedule]
+        if t.at <= now:
+            result[t.schedule] = (t, upcoming)
+        elif upcoming is None:
+            result[t.schedule] = (last, t)
+    return result
+
+
 def qos_policy_impact(policy: QoSPolicy, pool: NodePool | None) -> dict | None:
     """What `policy` would meet on `pool`, before it is attached: contradictions with the pool's profiles, the pods
     its rules would flag, kubelets that run other policies, and whether agents enforce its node settings."""

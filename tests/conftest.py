@@ -5,6 +5,7 @@ import os
 
 import pytest
 from kubernetes import client, config
+from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from simulator import Simulator
@@ -55,6 +56,27 @@ def operator_api(operator):
 @pytest.fixture
 def admin_api(admin_user):
     return _client_for(admin_user)
+
+
+def parse_metrics(text: str) -> dict:
+    """Prometheus text as {sample name: {sorted label items: value}} (suffixes such as _total kept in the name)."""
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return samples
+
+
+@pytest.fixture
+def scrape(client):
+    """GET /metrics through the test client, parsed by parse_metrics."""
+
+    def get() -> dict:
+        response = client.get("/metrics")
+        assert response.status_code == 200
+        return parse_metrics(response.content.decode())
+
+    return get
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 database, and the node agent on simulated GPUs."""
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+import pytest
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,4 +142,70 @@ def finish(proc: subprocess.Popen, log: IO[bytes], *, timeout: float = 20) -> in
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        log.close()
+
+
+def required_binary(name: str, package: str) -> str:
+    """The path of an installed tool the test needs; skipped where it is missing, but failed under CI=true (where
+    `make test` installs Debian's `package`: such tests may not skip there)."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed: run `make {package}` (as root) or `apt-get install {package}`"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message + "; it is required in CI")
+        pytest.skip(message)
+    return path
+
+
+@contextmanager
+def manage_py(var_dir: Path, *args: str, name: str = "manage"):
+    """Run `manage.py <args>` (e.g. watch_clusters) on the test database until the block ends; output to
+    `<var_dir>/<name>.log`."""
+    log = open(var_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed below
+    env = child_env(var_dir, "memory://")
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        yield proc
+    finally:
+        _stop(proc)
+        log.close()
+
+
+@contextmanager
+def prometheus_server(work_dir: Path, *, targets: list[str], rule_files: list[Path], interval: str = "1s"):
+    """Debian's Prometheus on a free loopback port scraping `targets` (host:port, path /metrics) and evaluating
+    `rule_files` every `interval`, its data in `work_dir`; yields its base URL once it is ready."""
+    binary = required_binary("prometheus", "prometheus")
+    port = free_port()
+    config = work_dir / "prometheus.yml"
+    config.write_text(
+        "global:\n"
+        f"  scrape_interval: {interval}\n  scrape_timeout: {interval}\n  evaluation_interval: {interval}\n"
+        f"rule_files: [{', '.join(str(p) for p in rule_files)}]\n"
+        "scrape_configs:\n"
+        f"  - job_name: tessera\n    static_configs: [{{targets: [{', '.join(targets)}]}}]\n"
+    )
+    log_path = work_dir / "prometheus.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - closed below
+    cmd = [binary, f"--config.file={config}", f"--storage.tsdb.path={work_dir / 'data'}",
+           f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=work_dir, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+
+    def ready():
+        if proc.poll() is not None:
+            raise AssertionError(f"prometheus exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url + "/-/ready", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    try:
+        wait_until(ready, timeout=30, message="prometheus to be ready")
+        yield url
+    finally:
+        _stop(proc)
         log.close()

@@ -7,13 +7,21 @@ class WorkerConfig(AppConfig):
     name = "worker"
 
     def ready(self):
+        from celery.signals import task_postrun
         from django.db.models.signals import pre_delete, pre_save
 
+        from core import health, metrics
         from fleet.models import Cluster
-        from worker import admission, signals  # noqa: F401 - signals connects its receivers on import
+        from worker import admission, readiness, signals, telemetry  # noqa: F401 - signals connects its receivers
+        from worker.metrics import WorkerCollector
 
         # A cluster's rows must outlive the admission objects they stand for (they deny pods until deleted).
         pre_save.connect(admission.cluster_pre_save, sender=Cluster, dispatch_uid="worker.admission.cluster_pre_save")
         pre_delete.connect(
             admission.cluster_pre_delete, sender=Cluster, dispatch_uid="worker.admission.cluster_pre_delete"
         )
+        # API errors counted in memory while a task ran reach the database when it ends (worker.telemetry).
+        task_postrun.connect(telemetry.flush_after_task, dispatch_uid="worker.telemetry.api_errors_flush", weak=False)
+        metrics.register("worker", WorkerCollector())
+        health.register("watch", readiness.watch_checks)
+        health.register("beat", readiness.beat_checks)

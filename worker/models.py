@@ -5,6 +5,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.urls import reverse
+from django.utils import timezone
 
 from fleet.models import Cluster, Node, NodePool
 from sharing.choices import BusyPolicy
@@ -71,6 +72,9 @@ class NodeChange(models.Model):
     deadline = models.DateTimeField(null=True, blank=True, help_text="When waiting or verifying gives up.")
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    status_since = models.DateTimeField(
+        default=timezone.now, help_text="When the change entered its status: the start of the phase it is in."
+    )
     updated_at = models.DateTimeField(auto_now=True)
     error = models.TextField(blank=True)
 
@@ -134,3 +138,91 @@ class AdmissionPolicyState(models.Model):
 
     def __str__(self):
         return f"{self.cluster.name}/{self.pool_name}: {self.object_name or '-'} ({self.state})"
+
+
+# --- what /metrics and /readyz read: written by the process that did the work, read by whichever serves them --------
+
+
+class NodeDrift(models.Model):
+    """A node whose observed config differs from its desired one, as the last full reconcile pass saw it: since when,
+    and why it is not in sync yet. Rows of nodes back in sync are deleted by the next pass."""
+
+    class Reason(models.TextChoices):
+        PLANNED = "planned", "No change yet: the loop starts one"
+        CHANGING = "changing", "A change is in progress"
+        FAILED = "failed", "The last change to this config failed: waiting for a person"
+        INVALID = "invalid", "The desired profile does not fit the node's GPUs"
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, primary_key=True, related_name="drift")
+    reason = models.CharField(max_length=10, choices=Reason.choices)
+    since = models.DateTimeField(help_text="When a pass first saw the node differ (kept while it keeps differing).")
+
+    def __str__(self):
+        return f"{self.node_id}: {self.reason} since {self.since:%Y-%m-%d %H:%M:%S}"
+
+
+class LoopRun(models.Model):
+    """The runs of one periodic loop (the reconcile tick): the last start, success and failure, and running totals of
+    runs and seconds (a summary Prometheus can rate)."""
+
+    name = models.CharField(max_length=50, unique=True)
+    last_started_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_failure_at = models.DateTimeField(null=True, blank=True)
+    last_duration_seconds = models.FloatField(default=0.0)
+    last_error = models.TextField(blank=True)
+    runs = models.PositiveBigIntegerField(default=0)
+    failures = models.PositiveBigIntegerField(default=0)
+    seconds = models.FloatField(default=0.0, help_text="Sum of the runs' durations.")
+
+    def __str__(self):
+        return self.name
+
+
+class ClusterWatch(models.Model):
+    """The node watch of one Kubernetes cluster as its watcher process last recorded it (`manage.py
+    watch_clusters`): connected or not, a heartbeat every few seconds while it runs, the last full listing."""
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, primary_key=True, related_name="watch")
+    connected = models.BooleanField(default=False)
+    since = models.DateTimeField(help_text="When `connected` last changed.")
+    heartbeat_at = models.DateTimeField(help_text="The watcher's last sign of life, connected or not.")
+    listed_at = models.DateTimeField(null=True, blank=True, help_text="The last complete listing (a full sync).")
+    error = models.TextField(blank=True)
+
+    def __str__(self):
+        return f"{self.cluster_id}: {'connected' if self.connected else 'disconnected'}"
+
+
+class ClusterApiErrors(models.Model):
+    """Failed calls to a cluster's API server by kind (throttled, conflict, server error...), counted since the row
+    was made: retried calls count each failed attempt."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=20)
+    count = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "kind"], name="%(app_label)s_%(class)s_once")]
+
+    def __str__(self):
+        return f"{self.cluster_id} {self.kind}: {self.count}"
+
+
+class ChangePhaseBucket(models.Model):
+    """Time node changes spent in a phase, by the status they left it for: a cumulative histogram of one row per
+    bucket (`le` of PHASE_BUCKETS by index; the last is +Inf and also holds the sum of seconds)."""
+
+    phase = models.CharField(max_length=20, choices=ChangeStatus.choices)
+    outcome = models.CharField(max_length=20, choices=ChangeStatus.choices)
+    bucket = models.PositiveSmallIntegerField()
+    count = models.PositiveBigIntegerField(default=0)
+    seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["phase", "outcome", "bucket"], name="%(app_label)s_%(class)s_once")
+        ]
+
+    def __str__(self):
+        return f"{self.phase}→{self.outcome} [{self.bucket}]: {self.count}"

@@ -1,7 +1,7 @@
 """The level-triggered loop: compare desired with observed for every node, turn differences into rollouts.
 
-A pass reads the plan (worker.selectors) and creates one rollout per group; a repeated pass finds the nodes
-already changing and does nothing new.
+A pass reads the drift and the plan (worker.selectors) and creates one rollout per group; a repeated pass finds
+the nodes already changing and does nothing new. A full pass also records the drift it saw (for /metrics).
 """
 
 from django.conf import settings
@@ -12,14 +12,18 @@ from core.audit import Actor
 from core.exceptions import ApplicationError
 from worker.choices import RolloutTrigger
 from worker.rollouts import rollout_create, rollout_title
-from worker.selectors import plan, reconcilable_nodes
+from worker.selectors import drift, plan, reconcilable_nodes
+from worker.telemetry import drift_record
 
 
 def reconcile(*, at=None, nodes=None) -> list[int]:
     """One pass of the loop; returns the ids of the rollouts it created. Safe to run concurrently or repeatedly."""
     at = at or timezone.now()
     created = []
-    for (pool, profile, source, schedule), planned in plan(reconcilable_nodes(nodes), at=at).items():
+    drifted = drift(reconcilable_nodes(nodes), at=at)
+    if nodes is None:
+        drift_record(drifted, now=at)
+    for (pool, profile, source, schedule), planned in plan(None, drifted=drifted).items():
         trigger = RolloutTrigger.SCHEDULE if source == "schedule" else RolloutTrigger.RECONCILE
         strategy = dict(settings.TESSERA["ROLLOUT_DEFAULTS"])
         if schedule is not None:

@@ -168,7 +168,7 @@ def rollout_cancel(*, actor: Actor, rollout: Rollout) -> Rollout:
     now = timezone.now()
     waiting = list(rollout.changes.filter(status=ChangeStatus.WAITING_FOR_IDLE, cordoned_by_tessera=True))
     rollout.changes.filter(status__in=[ChangeStatus.QUEUED, ChangeStatus.WAITING_FOR_IDLE]).update(
-        status=ChangeStatus.CANCELLED, finished_at=now, updated_at=now, error="cancelled"
+        status=ChangeStatus.CANCELLED, finished_at=now, updated_at=now, status_since=now, error="cancelled"
     )
     if waiting:
         transaction.on_commit(lambda: services.node_changes_uncordon([c.pk for c in waiting]))

@@ -54,22 +54,44 @@ def reconcilable_nodes(queryset=None):
     return queryset.live().fresh().exclude(ready=False).defer("labels")
 
 
-def plan(nodes, *, at=None) -> dict[tuple, list[PlannedChange]]:
-    """Drifted nodes without a change in flight, grouped by (pool, profile, source); nodes whose last attempt at
-    the same config failed are left for a human (shown as failed) instead of being retried forever."""
-    rows = [r for r in desired_vs_observed(nodes, at=at) if r.in_sync is False and r.config is not None]
+@dataclass(frozen=True)
+class Drift:
+    """The nodes whose observed config differs from the desired one, and what stands in the way of each."""
+
+    rows: list[DesiredVsObserved]
+    busy: set[int]  # a change is in progress
+    failed: set[int]  # the last change to exactly this config failed: left for a person
+
+    def reason(self, row: DesiredVsObserved) -> str:
+        """Why the node is not in sync yet (worker.models.NodeDrift.Reason)."""
+        if row.node.pk in self.busy:
+            return "changing"
+        if row.config is None:
+            return "invalid"
+        return "failed" if row.node.pk in self.failed else "planned"
+
+
+def drift(nodes, *, at=None) -> Drift:
+    """Desired against observed for these nodes, keeping the ones that differ with what holds each back."""
+    rows = [r for r in desired_vs_observed(nodes, at=at) if r.in_sync is False]
     busy = set(
         NodeChange.objects.filter(node__in=[r.node.pk for r in rows], status__in=ACTIVE_CHANGE_STATUSES).values_list(
             "node_id", flat=True
         )
     )
-    rows = [r for r in rows if r.node.pk not in busy]
-    problems = nodes_with_problem_for({r.node.pk: r.config.config_id for r in rows})
+    failed = nodes_with_problem_for({r.node.pk: r.config.config_id for r in rows if r.config and r.node.pk not in busy})
+    return Drift(rows, busy, failed)
+
+
+def plan(nodes, *, at=None, drifted: Drift | None = None) -> dict[tuple, list[PlannedChange]]:
+    """Drifted nodes without a change in flight, grouped by (pool, profile, source); nodes whose last attempt at
+    the same config failed are left for a person (shown as failed) instead of being retried forever. `drifted`: the
+    drift of `nodes` when the caller has it already."""
+    drifted = drifted or drift(nodes, at=at)
+    rows = [r for r in drifted.rows if drifted.reason(r) == "planned"]
     pools = NodePool.objects.in_bulk({r.node.pool_id for r in rows} - {None})
     groups = defaultdict(list)
     for row in rows:
-        if row.node.pk in problems:
-            continue
         key = (pools.get(row.node.pool_id), row.profile, row.source, row.schedule if row.source == "schedule" else None)
         groups[key].append(PlannedChange(row.node, to_config(row), row.profile.pk))
     return groups

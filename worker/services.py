@@ -19,6 +19,7 @@ from django.utils import timezone
 from core.audit import Actor, audit_record
 from core.models import AuditEvent
 from sharing.choices import BusyPolicy
+from worker import telemetry
 from worker.choices import (
     IN_FLIGHT_STATUSES,
     PROBLEM_STATUSES,
@@ -70,14 +71,16 @@ def _claim(changes: Sequence[NodeChange], old: str, new: str, **values) -> list[
         return []
     now = timezone.now()
     with transaction.atomic():
-        ids = list(
+        since = dict(
             NodeChange.objects.select_for_update(skip_locked=True)
             .filter(pk__in=[c.pk for c in changes], status=old)
-            .values_list("pk", flat=True)
+            .values_list("pk", "status_since")
         )
+        ids = list(since)
         if new in TERMINAL_CHANGE_STATUSES:
             values.setdefault("finished_at", now)
-        NodeChange.objects.filter(pk__in=ids).update(status=new, updated_at=now, **values)
+        NodeChange.objects.filter(pk__in=ids).update(status=new, updated_at=now, status_since=now, **values)
+        telemetry.phase_durations_record(old, new, [(now - at).total_seconds() for at in since.values()])
         moved = [c for c in changes if c.pk in set(ids)]
         for c in moved:
             c.status = new
@@ -134,7 +137,11 @@ def rollout_advance(rollout_id: int, *, now=None) -> list[int]:
 
 def _stop_rollout(rollout: Rollout, status: str, message: str, now) -> None:
     rollout.changes.filter(status=ChangeStatus.QUEUED).update(
-        status=ChangeStatus.CANCELLED, finished_at=now, updated_at=now, error=message or "rollout stopped"
+        status=ChangeStatus.CANCELLED,
+        finished_at=now,
+        updated_at=now,
+        status_since=now,
+        error=message or "rollout stopped",
     )
     before = rollout.status
     Rollout.objects.filter(pk=rollout.pk).update(status=status, finished_at=now, updated_at=now)

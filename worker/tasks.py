@@ -8,7 +8,7 @@ from fleet.models import Cluster, NodePool
 from scheduling.services import pool_compliance_check
 from worker import admission as admission_module
 from worker import reconcile as reconcile_module
-from worker import services
+from worker import services, telemetry
 from worker.choices import RolloutStatus
 from worker.inventory.cluster import cluster_health, scrape_metrics
 from worker.inventory.pods import sync_pods
@@ -24,13 +24,14 @@ def reconcile_tick() -> dict:
     """Beat's tick: turn drift into rollouts, then nudge every running rollout (recovers lost step tasks); clusters
     whose admission policies no longer match their pools' QoS policies (a window began, a policy changed) are synced
     at once."""
-    created = reconcile_module.reconcile()
-    active = list(Rollout.objects.filter(status=RolloutStatus.RUNNING).values_list("pk", flat=True))
-    for rollout_id in active:
-        rollout_advance.apply_async((rollout_id,), expires=RECONCILE_TICK_SECONDS)
-    admission = admission_module.clusters_out_of_date()
-    for cluster_id in admission:
-        admission_sync.apply_async((cluster_id,), expires=ADMISSION_TICK_SECONDS)
+    with telemetry.loop_run(telemetry.RECONCILE_LOOP):
+        created = reconcile_module.reconcile()
+        active = list(Rollout.objects.filter(status=RolloutStatus.RUNNING).values_list("pk", flat=True))
+        for rollout_id in active:
+            rollout_advance.apply_async((rollout_id,), expires=RECONCILE_TICK_SECONDS)
+        admission = admission_module.clusters_out_of_date()
+        for cluster_id in admission:
+            admission_sync.apply_async((cluster_id,), expires=ADMISSION_TICK_SECONDS)
     return {"created": created, "advanced": len(active), "admission": len(admission)}
 
 

@@ -229,6 +229,11 @@ TESSERA = {
         # Rows deleted per transaction: a first prune of a large backlog never holds the write lock for long.
         "BATCH_SIZE": env.int("TESSERA_RETAIN_BATCH_SIZE", default=500),
     },
+    # Checks of /readyz that answer 503 when they fail (the others are reported only): database, broker, watch,
+    # beat (docs/metrics.md).
+    "READYZ_REQUIRED": env.list("TESSERA_READYZ_REQUIRED", default=["database"]),
+    # A schedule transition whose pool still has nodes waiting for a change this long after it is missed.
+    "SCHEDULE_GRACE_SECONDS": env.int("TESSERA_SCHEDULE_GRACE_SECONDS", default=600),
 }
 # The daily prunes (UTC, off-peak): each app prunes what it owns. Rollouts first (a gone node stays while a kept
 # rollout names it), then the fleet, then core, which also checkpoints and truncates the SQLite WAL.

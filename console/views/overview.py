@@ -6,6 +6,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
+from core.embedded import children_status
 from core.views import render_table_page, wants_fragment
 from fleet import agent_credentials, selectors
 from fleet.choices import ClusterDriver
@@ -32,6 +33,14 @@ def _overview_stats() -> dict:
     stats.update(extra, agent_stale_seconds=3 * agent_credentials.agent_interval_seconds())
     stats["policy_violations"] = extra["policy_violations"] or 0
     stats["needs_attention"] += stats["policy_violations"]
+    embedded = children_status()
+    if embedded is not None:  # under `make run`: its parts and how often its supervisor restarted them
+        children = embedded["children"]
+        stats["embedded"] = {
+            "children": children,
+            "restarts": sum(c["restarts"] for c in children.values()),
+            "down": sum(1 for c in children.values() if c["state"] != "running"),
+        }
     return stats
 
 

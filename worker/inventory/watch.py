@@ -17,6 +17,7 @@ from worker.drivers.kubernetes import api as k8s
 from worker.drivers.kubernetes.labels import GPU_NODE_SELECTOR
 from worker.inventory.cluster import cluster_health, sync_cluster_full
 from worker.inventory.nodes import node_observation
+from worker.telemetry import api_errors_flush, watch_record
 
 log = logging.getLogger(__name__)
 
@@ -112,12 +113,19 @@ class ClusterWatcher:
                         self.stats.disconnects += 1  # a cut stream that delivered events: resume at once
                         continue
                     self.stats.errors += 1
+                    if isinstance(exc, _StreamFailed):  # failed calls of the listing were counted by k8s.call
+                        k8s.count_error(self.cluster.pk, error)
                     text = f"{self.cluster.name}: {k8s.error_text(error)}"
                     log.warning("watch of %s failed (retrying in %.1f s): %s", self.cluster.name, backoff, text)
                     self._record(text, reached=False)
                     self.stop_event.wait(backoff * random.uniform(0.5, 1.0))
                     backoff = min(BACKOFF_CAP, backoff * 2)
         finally:
+            try:
+                watch_record(self.cluster.pk, connected=False, error="the watcher stopped")
+                api_errors_flush()
+            except Exception:  # the database may be what stopped us; the heartbeat's age tells the rest
+                log.warning("could not record the end of the watch of %s", self.cluster.name, exc_info=True)
             connections.close_all()  # this thread's connections: a watcher thread ends for good
 
     def _list(self, *, gpus: bool) -> None:
@@ -126,6 +134,7 @@ class ClusterWatcher:
         self._warnings = result.warnings
         self.stats.lists += 1
         self.version = self.stats.resource_version = result.resource_version
+        watch_record(self.cluster.pk, connected=True, listed=True)
         self._check_health(force=True)
 
     def _check_health(self, *, force: bool = False) -> None:
@@ -143,6 +152,8 @@ class ClusterWatcher:
             return
         self._recorded, self._recorded_at = problem, now
         cluster_record_contact(self.cluster, problem, reached=reached)
+        watch_record(self.cluster.pk, connected=reached, error=problem or "")  # the heartbeat /readyz and /metrics read
+        api_errors_flush()
 
     def _stream(self) -> None:
         """One watch request from `self.version`, until the server ends it; events are recorded in batches."""

@@ -6,6 +6,7 @@ import logging
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -49,6 +50,7 @@ def api_client(cluster) -> client.ApiClient:
         ) from None
     configuration.connection_pool_maxsize = THREADS * 2
     api = client.ApiClient(configuration)
+    api.tessera_cluster_id = cluster.pk  # failed calls are counted per cluster (count_error)
     with _clients_lock:
         old = _clients.get(cluster.pk)
         _clients[cluster.pk] = (key, api)
@@ -91,6 +93,48 @@ def error_text(exc: BaseException) -> str:
     if isinstance(exc, DriverError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"[:500]
+
+
+# Failed calls by (cluster id, kind), counted in memory (HTTP runs in threads that never touch the ORM) until
+# worker.telemetry.api_errors_flush writes them to the database.
+_error_counts: Counter = Counter()
+_error_lock = threading.Lock()
+
+
+def error_kind(exc: BaseException) -> str | None:
+    """The kind of a failed call for the metrics: unreachable, throttled, conflict, server_error, unauthorized or
+    client_error; None for answers that are not failures (404 Not Found, 410 Gone)."""
+    if isinstance(exc, ApiException):
+        status = exc.status or 0
+        if status == 0:
+            return "unreachable"
+        if status in (404, 410):
+            return None
+        if status == 429:
+            return "throttled"
+        if status == 409:
+            return "conflict"
+        if status in (401, 403):
+            return "unauthorized"
+        return "server_error" if status >= 500 else "client_error"
+    if isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError | OSError):
+        return "unreachable"
+    return None
+
+
+def count_error(cluster_id: int | None, exc: BaseException) -> None:
+    kind = error_kind(exc)
+    if cluster_id is not None and kind is not None:
+        with _error_lock:
+            _error_counts[(cluster_id, kind)] += 1
+
+
+def take_error_counts() -> dict[tuple[int, str], int]:
+    """The counts since the last call, emptied."""
+    with _error_lock:
+        counts = dict(_error_counts)
+        _error_counts.clear()
+    return counts
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -140,8 +184,14 @@ def call(method: Callable, *args, retry_if: Callable[[BaseException], bool] = is
     Bodies are read raw (`_preload_content=False`): dicts from json.loads, not pydantic models, for 10,000 nodes.
     Every response is read and released, else urllib3 opens (and TLS-handshakes) a new connection per call."""
 
+    cluster_id = getattr(getattr(getattr(method, "__self__", None), "api_client", None), "tessera_cluster_id", None)
+
     def once():
-        response = method(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+        try:
+            response = method(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+        except Exception as exc:
+            count_error(cluster_id, exc)
+            raise
         try:
             return response.data
         finally:
