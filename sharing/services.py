@@ -74,11 +74,18 @@ def profile_update(*, actor: Actor, profile: SharingProfile, **values) -> Sharin
     _check(profile)
     if profile_snapshot(profile) == before:
         return profile
+    if profile.imported and _meaning(profile_snapshot(profile)) != _meaning(before):
+        profile.imported = {}  # the imported names no longer hold what the profile means: render its own
     _check_assignments_still_fit(profile)
     profile.save()
     audit_record(actor=actor, action="profile.update", obj=profile, before=before, after=profile_snapshot(profile))
     desired_state_changed.send(sender=SharingProfile)
     return profile
+
+
+def _meaning(snapshot: dict) -> dict:
+    """The fields that decide what a profile renders to (all but its name and description)."""
+    return {k: v for k, v in snapshot.items() if k not in ("name", "description")}
 
 
 def _check_assignments_still_fit(profile: SharingProfile) -> None:
