@@ -345,19 +345,29 @@ def test_mig_parted_parser_refuses(text, message):
         parse_mig_parted_config(text)
 
 
+OFF = MigDeviceSpec("all", False)
+TWICE = "version: v1\nmig-configs:\n  c: [{devices: all, mig-enabled: true, mig-devices: {}}]\n  c: ["
+
+
 @pytest.mark.parametrize(
     ("text", "configs"),
     [
         (ENTRY + "{devices: [], mig-enabled: false}", {"c": [MigDeviceSpec((), False)]}),  # matches no GPU
         (ENTRY + "{devices: [1, 1], mig-enabled: false}", {"c": [MigDeviceSpec((1, 1), False)]}),
-        (ENTRY + "{devices: all, device-filter: A100, mig-enabled: false}", {"c": [MigDeviceSpec("all", False, {}, ("A100",))]}),
-        (ENTRY + "{devices: all, mig-enabled: true, mig-devices: {1g.10gb+foo: 1}}", {"c": [MigDeviceSpec("all", True, {"1g.10gb+foo": 1})]}),
-        ("version: v1\nmig-configs:\n  c: [{devices: all, mig-enabled: true, mig-devices: {}}]\n  c: [{devices: all, mig-enabled: false}]", {"c": [MigDeviceSpec("all", False)]}),
-        ("version: v1\nmig-configs: {1: [{devices: all, mig-enabled: false}]}", {"1": [MigDeviceSpec("all", False)]}),
-        ("version: v1\nmig-configs: {n: [{devices: all, mig-enabled: false}]}", {"false": [MigDeviceSpec("all", False)]}),
+        (
+            ENTRY + "{devices: all, device-filter: A100, mig-enabled: false}",
+            {"c": [MigDeviceSpec("all", False, {}, ("A100",))]},
+        ),
+        (
+            ENTRY + "{devices: all, mig-enabled: true, mig-devices: {1g.10gb+foo: 1}}",
+            {"c": [MigDeviceSpec("all", True, {"1g.10gb+foo": 1})]},
+        ),
+        (TWICE + "{devices: all, mig-enabled: false}]", {"c": [OFF]}),  # a repeated key: the last one counts
+        ("version: v1\nmig-configs: {1: [{devices: all, mig-enabled: false}]}", {"1": [OFF]}),
+        ("version: v1\nmig-configs: {n: [{devices: all, mig-enabled: false}]}", {"false": [OFF]}),  # go-yaml v2
         ("version: v1", {}),
     ],
-)  # fmt: skip
+)
 def test_mig_parted_parser_accepts_what_mig_parted_accepts(text, configs):
     assert parse_mig_parted_config(text) == configs
 
