@@ -7,7 +7,10 @@ from core.exceptions import ApplicationError
 from core.models import AuditEvent
 from scheduling.selectors import desired_state, desired_vs_observed
 from sharing import services
+from sharing.models import SharingProfile
+from sharing.render import MigDeviceSpec
 from sharing.selectors import preview_summary, profile_preview
+from sharing.spec import KeptConfigs, node_config
 from tests.factories import GpuFactory, MigDeviceFactory, NodeFactory, NodePoolFactory, PodFactory
 
 pytestmark = pytest.mark.django_db
@@ -157,3 +160,18 @@ def test_pinning_several_nodes_is_all_or_nothing(actor):
     assert not fits.__class__.objects.filter(pin__isnull=False).exists()
     pins = services.nodes_pin_profile(actor=actor, nodes=[fits], profile=profile, reason="canary")
     assert [p.node_id for p in pins] == [fits.pk]
+
+
+def test_an_imported_profile_forgets_its_config_names_when_its_meaning_changes(actor):
+    kept = KeptConfigs("team-7x1g", (MigDeviceSpec("all", True, {"1g.10gb": 7}),), "", "version: v1\n")
+    profile = _mig_profile(actor)
+    SharingProfile.objects.filter(pk=profile.pk).update(imported={"cluster": "prod", **kept.to_json()})
+    profile.refresh_from_db()
+    assert profile.to_spec().kept == kept  # stored as JSON, read back whole
+    assert node_config(profile.to_spec(), [(0, H100)]).mig_config_name == "team-7x1g"
+    profile = services.profile_update(actor=actor, profile=profile, description="renamed, same meaning")
+    assert profile.imported
+    profile = services.profile_update(actor=actor, profile=profile, mig_layouts={"all": {"3g.40gb": 2}})
+    assert profile.imported == {} and node_config(profile.to_spec(), [(0, H100)]).mig_config_name.startswith(
+        "tessera-mig-"
+    )

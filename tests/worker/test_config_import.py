@@ -14,8 +14,11 @@ from sharing import nvidia_configs as nc
 from sharing import services as sharing_services
 from sharing.models import SharingProfile
 from tests.factories import ClusterFactory
-from worker import reconcile
+from worker import reconcile, services
+from worker.choices import IN_FLIGHT_STATUSES
+from worker.drivers import driver_for
 from worker.inventory.cluster import sync_cluster_full
+from worker.models import Rollout
 from worker.selectors import plan, reconcilable_nodes
 
 pytestmark = pytest.mark.django_db
@@ -27,6 +30,7 @@ TEAM, TEAM_2, TS_NODE, EMPTY_NODE, T4 = (
     "gpu-node-0004",
     "gpu-node-0003",
 )
+NEW_H100 = "gpu-node-0010"  # an H100 running the operator's all-balanced
 MIG_CM, PLUGIN_CM = "team-mig-parted", "team-device-plugin"
 TEAM_CONFIGS = """  team-7x1g:
   - {devices: all, mig-enabled: true, mig-devices: {1g.10gb: 7}}
@@ -200,3 +204,33 @@ def test_the_page_previews_and_an_admin_confirms(client, admin_user, viewer, tea
     )
     response = client.post(reverse("console:cluster_import_confirm", args=[team.pk]), {"names": ["team-7x1g"]})
     assert response.status_code == 302 and SharingProfile.objects.filter(name="team-7x1g").exists()
+    detail = client.get(SharingProfile.objects.get(name="team-7x1g").get_absolute_url()).content.decode()
+    assert "mig-parted config <code>team-7x1g</code>" in detail
+
+
+def test_an_imported_profile_rolls_out_under_its_own_names_once_the_configmaps_are_adopted(sim, core, admin_api, team):
+    """A node that did not run the pair gets the very names the others carry (the "" plugin key: no label)."""
+    assert admin_api.post(url(team), {"names": ["team-7x1g"]}, format="json").status_code == 201
+    driver_for(team).adopt_operator_configs()  # Tessera writes only to ConfigMaps it manages
+    assert sim.settle()
+    sync_cluster_full(team)
+    pool = NodePool.objects.create(cluster=team, name="team")
+    Node.objects.filter(name__in=[TEAM, TEAM_2, NEW_H100]).update(pool=pool)
+    sharing_services.pool_set_profile(
+        actor=Actor.system("test"), pool=pool, profile=SharingProfile.objects.get(name="team-7x1g")
+    )
+    (rollout_id,) = reconcile.reconcile()
+    rollout = Rollout.objects.get(pk=rollout_id)
+    assert list(rollout.changes.values_list("node__name", flat=True)) == [NEW_H100]
+    for _ in range(30):
+        started = services.rollout_advance(rollout.pk)
+        active = list(rollout.changes.filter(status__in=IN_FLIGHT_STATUSES).values_list("pk", flat=True))
+        services.node_changes_step(sorted(set(started + active)))
+        sim.settle()
+        rollout.refresh_from_db()
+        if rollout.status != "running":
+            break
+    assert rollout.status == "succeeded", list(rollout.changes.values_list("status", "error"))
+    labels = sim.node(NEW_H100)["metadata"]["labels"]
+    assert labels["nvidia.com/mig.config"] == "team-7x1g" and "nvidia.com/device-plugin.config" not in labels
+    assert labels["nvidia.com/mig-1g.10gb.count"] == str(7 * len(sim.nodes[NEW_H100].gpus))
