@@ -526,6 +526,8 @@ _DEVICE_REF_RE = re.compile(
 
 def _check_replicated_devices(devices: Any) -> None:
     """`devices` of a shared resource: "all", a count > 0, or a list of indices or UUIDs (read, then ignored)."""
+    if devices is None:
+        devices = ""  # null decodes as the empty string
     if isinstance(devices, str):
         if devices != "all":
             raise Rejected(f"devices set as '{devices}' but the only valid string input is 'all'", RULE_DEVICES)

@@ -86,6 +86,8 @@ PLUGIN_CASES = [
     (TS + "      - {name: nvidia.com/GPU, replicas: 2}", "incorrect format for resource name", nc.RULE_RESOURCE_NAME),
     (TS + "      - {name: nvidia.com/gpu, replicas: 2, devices: 0}", "a count of devices must be > 0",
      nc.RULE_DEVICES),
+    (TS + "      - {name: nvidia.com/gpu, replicas: 2, devices: null}", "devices set as '' but the only valid string "
+     "input is 'all'", nc.RULE_DEVICES),
     (TS + "      - {name: nvidia.com/gpu, replicas: 2, devices: [gpu0]}", "unsupported type for device",
      nc.RULE_DEVICES),
     ("sharing: {timeSlicing: {failRequestsGreaterThanOne: 'no', resources: []}}", f"{CANNOT} string",
