@@ -1,6 +1,6 @@
 from django.urls import path
 
-from console.views import compliance, nodes, overview, pools, preview, qos
+from console.views import compliance, config_import, nodes, overview, pools, preview, qos
 
 app_name = "console"
 urlpatterns = [
@@ -10,6 +10,8 @@ urlpatterns = [
     path("nodes/<int:pk>/state/", nodes.node_state, name="node_state"),
     path("gpus/<int:pk>/", nodes.gpu_detail, name="gpu_detail"),
     path("pools/<int:pk>/", pools.pool_detail, name="pool_detail"),
+    path("clusters/<int:pk>/import/", config_import.cluster_import, name="cluster_import"),
+    path("clusters/<int:pk>/import/confirm/", config_import.cluster_import_confirm, name="cluster_import_confirm"),
     path("profiles/<int:pk>/preview/", preview.profile_preview, name="profile_preview"),
     path("profiles/<int:pk>/assign/", preview.profile_assign, name="profile_assign"),
     path("profiles/<int:pk>/pin/", preview.profile_pin, name="profile_pin"),

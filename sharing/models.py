@@ -19,7 +19,7 @@ from sharing.choices import (
     TransparentHugePages,
 )
 from sharing.qos import PolicySpec, WorkloadRules
-from sharing.spec import ProfileSpec
+from sharing.spec import KeptConfigs, ProfileSpec
 
 
 class SharingProfile(models.Model):
@@ -40,6 +40,12 @@ class SharingProfile(models.Model):
     fail_requests_greater_than_one = models.BooleanField(default=False)
     time_slice_interval = models.CharField(
         max_length=10, choices=TimeSliceInterval.choices, default=TimeSliceInterval.DEFAULT
+    )
+    imported = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The cluster configs this profile was imported from, kept under their names (sharing.spec."
+        "KeptConfigs); emptied when the profile's meaning changes.",
     )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -66,6 +72,7 @@ class SharingProfile(models.Model):
             rename_shared=self.rename_shared,
             fail_requests_greater_than_one=self.fail_requests_greater_than_one,
             time_slice_interval=self.time_slice_interval,
+            kept=KeptConfigs.from_json(self.imported),
         )
 
 

@@ -1,12 +1,14 @@
 """The NVIDIA config files Tessera writes, rendered and parsed as the real tools read them.
 
 mig-parted config: nvidia-contracts.md §2.1. Device-plugin config: §3.1, selected per node by key (§3.4).
-Pure: plain frozen dataclasses in, text out, and back.
+Pure: plain frozen dataclasses in, text out, and back. Reading goes through sharing.nvidia_configs, which accepts
+and refuses what mig-parted and the device plugin accept and refuse.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,9 +16,16 @@ from typing import Any, Literal
 
 import yaml
 
-from sharing.mig.catalog import PROFILE_NAME_RE, profile_name_key
+from sharing.mig.catalog import profile_name_key
+from sharing.nvidia_configs import (
+    check_device_filter,
+    check_devices,
+    check_mig_devices,
+    load_yaml,
+    read_device_plugin,
+    read_mig_parted,
+)
 
-_PCI_ID_RE = re.compile(r"^0x[0-9A-Fa-f]{8}(?::0x[0-9A-Fa-f]{8})?$")  # §2.1, subsystem suffix since v0.15.0
 _LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _CONTENT_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _MIG_RESOURCE_RE = re.compile(r"^nvidia\.com/mig-(?:\d+c\.)?\d+g\.\d+gb(?:\.me\.all|\.me|\.gfx|-me)?$")
@@ -39,53 +48,22 @@ class MigDeviceSpec:
     device_filter: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "devices", _check_devices(self.devices))
+        # mig-parted's own rules (sharing.nvidia_configs): `devices: []` and filters naming no GPU are accepted.
+        # Indices are sorted (the order means nothing to mig-parted) so the same entry always renders the same.
+        devices = check_devices(list(self.devices) if self.devices != "all" else "all")
+        object.__setattr__(self, "devices", devices if devices == "all" else tuple(sorted(devices)))
         if not isinstance(self.mig_enabled, bool):
             raise ValueError(f"mig-enabled must be true or false, not {self.mig_enabled!r}")
-        object.__setattr__(self, "mig_devices", _check_mig_devices(self.mig_enabled, self.mig_devices))
-        object.__setattr__(self, "device_filter", _check_device_filter(self.device_filter))
-
-
-def _check_devices(devices: object) -> Literal["all"] | tuple[int, ...]:
-    if devices == "all":
-        return "all"
-    indices = devices if isinstance(devices, list | tuple) else ()
-    if indices and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices):
-        if len(set(indices)) != len(indices):
-            raise ValueError(f"devices lists a GPU twice: {list(indices)}")
-        return tuple(sorted(indices))
-    raise ValueError(f'devices must be "all" or a non-empty list of GPU indices, not {devices!r}')
-
-
-def _check_mig_devices(mig_enabled: bool, mig_devices: object) -> dict[str, int]:
-    if not isinstance(mig_devices, Mapping):
-        raise ValueError(f"mig-devices must map profile names to counts, not {mig_devices!r}")
-    if mig_devices and not mig_enabled:
-        raise ValueError("mig-devices must be empty when mig-enabled is false")
-    for name, count in mig_devices.items():
-        if not isinstance(name, str) or PROFILE_NAME_RE.match(name) is None:
-            raise ValueError(f"{name!r} is not a MIG profile name like 1g.10gb or 1g.10gb+me")
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValueError(f"the count of {name} must be a whole number ≥ 0, not {count!r}")
-    if mig_devices and not any(mig_devices.values()):
-        raise ValueError("mig-devices needs at least one count above 0 (use {} for no devices)")
-    return {name: mig_devices[name] for name in sorted(mig_devices, key=profile_name_key)}
-
-
-def _check_device_filter(device_filter: object) -> tuple[str, ...]:
-    filters = (device_filter,) if isinstance(device_filter, str) else device_filter
-    if not isinstance(filters, list | tuple):
-        raise ValueError(f"device-filter must be a PCI device ID or a list of them, not {device_filter!r}")
-    for pci_id in filters:
-        if not isinstance(pci_id, str) or _PCI_ID_RE.match(pci_id) is None:
-            raise ValueError(f"{pci_id!r} is not a PCI device ID like 0x233010DE")
-    return tuple(filters)
+        devices = check_mig_devices(self.mig_enabled, self.mig_devices)
+        object.__setattr__(self, "mig_devices", {name: devices[name] for name in sorted(devices, key=profile_name_key)})
+        object.__setattr__(self, "device_filter", check_device_filter(self.device_filter))
 
 
 def _yaml_key(name: str) -> str:
-    # A name YAML would read as something else (true, 123, 0x1F, null) is quoted; label-value characters
-    # need no escaping inside double quotes.
-    return name if yaml.safe_load(f"{name}: 0") == {name: 0} else f'"{name}"'
+    # A name YAML would read as something else (true, 123, 0x1F, null; and y/n, booleans to go-yaml v2, which
+    # mig-parted reads with) is quoted; label-value characters need no escaping inside double quotes.
+    line = f"{name}: 0"
+    return name if yaml.safe_load(line) == {name: 0} and load_yaml(line) == {name: 0} else f'"{name}"'
 
 
 def render_mig_parted_config(configs: Mapping[str, Sequence[MigDeviceSpec]]) -> str:
@@ -104,7 +82,7 @@ def render_mig_parted_config(configs: Mapping[str, Sequence[MigDeviceSpec]]) -> 
             devices = "all" if spec.devices == "all" else "[" + ", ".join(map(str, spec.devices)) + "]"
             lines.append(f"    - devices: {devices}")
             if spec.device_filter:
-                lines.append("      device-filter: [" + ", ".join(f'"{pci}"' for pci in spec.device_filter) + "]")
+                lines.append("      device-filter: [" + ", ".join(json.dumps(pci) for pci in spec.device_filter) + "]")
             lines.append(f"      mig-enabled: {'true' if spec.mig_enabled else 'false'}")
             if spec.mig_enabled and not spec.mig_devices:
                 lines.append("      mig-devices: {}")
@@ -115,42 +93,12 @@ def render_mig_parted_config(configs: Mapping[str, Sequence[MigDeviceSpec]]) -> 
 
 
 def parse_mig_parted_config(text: str) -> dict[str, list[MigDeviceSpec]]:
-    """Read a mig-parted config and reject what mig-parted rejects, so the simulator fails where a node would."""
-    data = _load_yaml(text, "mig-parted config")
-    _check_keys(data, {"version", "mig-configs"}, "the mig-parted config")
-    if data.get("version") != "v1":
-        raise ValueError(f"version must be v1, not {data.get('version')!r}")
-    configs = data.get("mig-configs")
-    if not isinstance(configs, dict) or not configs:
-        raise ValueError("mig-configs must map config names to device entries, with at least one config")
-    parsed: dict[str, list[MigDeviceSpec]] = {}
-    for name, entries in configs.items():
-        if not isinstance(name, str):
-            raise ValueError(f"mig-configs: config name {name!r} is not a string; quote it")
-        if not isinstance(entries, list) or not entries:
-            raise ValueError(f"mig-configs.{name} must be a non-empty list of device entries")
-        parsed[name] = [_parse_mig_entry(entry, f"mig-configs.{name}[{index}]") for index, entry in enumerate(entries)]
-    return parsed
-
-
-def _parse_mig_entry(entry: object, where: str) -> MigDeviceSpec:
-    _check_keys(entry, {"devices", "device-filter", "mig-enabled", "mig-devices"}, where)
-    for required in ("devices", "mig-enabled"):
-        if required not in entry:
-            raise ValueError(f"{where}: {required} is required")
-    mig_devices = entry.get("mig-devices")
-    if entry["mig-enabled"] is True and mig_devices is None:
-        raise ValueError(f"{where}: mig-enabled: true needs mig-devices ({{}} for none)")
-    device_filter = entry.get("device-filter", ())
-    # An unquoted 0x233010DE is a YAML 1.1 integer; mig-parted reads it as the string it was written as.
-    if isinstance(device_filter, int) and not isinstance(device_filter, bool):
-        device_filter = f"0x{device_filter:08X}"
-    elif isinstance(device_filter, list):
-        device_filter = [f"0x{v:08X}" if isinstance(v, int) and not isinstance(v, bool) else v for v in device_filter]
-    try:
-        return MigDeviceSpec(entry["devices"], entry["mig-enabled"], mig_devices or {}, device_filter)
-    except ValueError as error:
-        raise ValueError(f"{where}: {error}") from None
+    """Read a mig-parted config as mig-parted does, so the simulator and the agent fail where a node would; the
+    ValueError (nvidia_configs.Rejected) gives mig-parted's reason."""
+    return {
+        name: [MigDeviceSpec(e["devices"], e["mig_enabled"], e["mig_devices"], e["device_filter"]) for e in entries]
+        for name, entries in read_mig_parted(text).items()
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -218,77 +166,28 @@ def render_device_plugin_config(spec: DevicePluginSpec) -> str:
     return "\n".join(lines) + "\n"
 
 
-# Keys the real plugin knows (§3.1); those Tessera does not model are accepted and ignored.
-_PLUGIN_TOP_KEYS = {"version", "flags", "resources", "sharing", "imex"}
-_PLUGIN_FLAG_KEYS = {
-    "migStrategy", "failOnInitError", "nvidiaDriverRoot", "nvidiaDevRoot", "mpsRoot", "gdrcopyEnabled", "gdsEnabled",
-    "mofedEnabled", "useNodeFeatureAPI", "deviceDiscoveryStrategy", "plugin", "gfd",
-}  # fmt: skip
-_PLUGIN_ONLY_FLAG_KEYS = {
-    "passDeviceSpecs", "deviceListStrategy", "deviceIDStrategy", "cdiAnnotationPrefix", "nvidiaCTKPath",
-    "containerDriverRoot", "sharedDevicesAllocationPolicy",
-}  # fmt: skip
-_GFD_FLAG_KEYS = {"oneshot", "noTimestamp", "sleepInterval", "outputFile", "machineTypeFile"}
-_SHARING_KEYS = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
-_SHARING_RESOURCE_KEYS = {"name", "replicas", "rename", "devices"}  # rename and devices: parsed, ignored (§3.1)
-
-
 def parse_device_plugin_config(text: str) -> DevicePluginSpec:
-    """Read one device-plugin config and reject what the plugin rejects; an empty config means the defaults."""
-    data = _load_yaml(text, "device-plugin config") if text.strip() else {}
-    _check_keys(data, _PLUGIN_TOP_KEYS, "the device-plugin config")
-    if data.get("version", "v1") != "v1":
-        raise ValueError(f"version must be v1, not {data['version']!r}")
-    flags = data.get("flags") or {}
-    _check_keys(flags, _PLUGIN_FLAG_KEYS, "flags")
-    _check_keys(flags.get("plugin") or {}, _PLUGIN_ONLY_FLAG_KEYS, "flags.plugin")
-    _check_keys(flags.get("gfd") or {}, _GFD_FLAG_KEYS, "flags.gfd")
-    _check_keys(data.get("imex") or {}, {"channelIDs", "required"}, "imex")
-    sharing = data.get("sharing") or {}
-    _check_keys(sharing, {"timeSlicing", "mps"}, "sharing")
-
-    active = {}
-    for key, method in (("timeSlicing", "time_slicing"), ("mps", "mps")):
-        section = sharing.get(key) or {}
-        _check_keys(section, _SHARING_KEYS, f"sharing.{key}")
-        if section.get("resources"):
-            active[method] = (key, section)
-    if len(active) > 1:
-        raise ValueError("sharing: timeSlicing and mps are mutually exclusive (§3.2)")
+    """Read one device-plugin config as the plugin does, into what Tessera models; an empty config means the
+    defaults. ValueError for what the plugin refuses (nvidia_configs.Rejected, its reason) and for what Tessera
+    cannot model: replicas that differ per resource, resources other than nvidia.com/gpu and nvidia.com/mig-*."""
+    config = read_device_plugin(text)
+    block = config.replicated
     try:
-        if not active:
-            return DevicePluginSpec(mig_strategy=flags.get("migStrategy", "none"))
-        ((method, (key, section)),) = active.items()
-        names, replicas = _parse_sharing_resources(section["resources"], f"sharing.{key}.resources")
+        if block is None:
+            return DevicePluginSpec(mig_strategy=config.mig_strategy or "none")
+        replicas = sorted({resource.replicas for resource in block.resources})
+        if len(replicas) > 1:
+            raise ValueError(f"Tessera shares every resource with the same replicas, got {replicas}")
         return DevicePluginSpec(
-            mig_strategy=flags.get("migStrategy", "none"),
-            sharing=method,
-            replicas=replicas,
-            rename_by_default=section.get("renameByDefault", False),
-            fail_requests_greater_than_one=section.get("failRequestsGreaterThanOne"),
-            resources=names,
+            mig_strategy=config.mig_strategy or "none",
+            sharing=config.sharing,
+            replicas=replicas[0],
+            rename_by_default=block.rename_by_default,
+            fail_requests_greater_than_one=block.fail_requests_greater_than_one,
+            resources=tuple(resource.name for resource in block.resources),
         )
     except ValueError as error:
         raise ValueError(f"device-plugin config: {error}") from None
-
-
-def _parse_sharing_resources(resources: object, where: str) -> tuple[tuple[str, ...], int]:
-    if not isinstance(resources, list):
-        raise ValueError(f"{where} must be a list of {{name, replicas}}")
-    names, replicas = [], set()
-    for index, resource in enumerate(resources):
-        _check_keys(resource, _SHARING_RESOURCE_KEYS, f"{where}[{index}]")
-        if not isinstance(resource.get("name"), str) or "replicas" not in resource:
-            raise ValueError(f"{where}[{index}] needs a name and replicas")
-        if isinstance(resource["replicas"], bool) or not isinstance(resource["replicas"], int):
-            raise ValueError(f"{where}[{index}].replicas must be a whole number, not {resource['replicas']!r}")
-        if resource["replicas"] < 2:
-            raise ValueError(f"{where}[{index}].replicas must be at least 2, not {resource['replicas']}")
-        names.append(resource["name"])
-        replicas.add(resource["replicas"])
-    if len(replicas) > 1:
-        raise ValueError(f"{where}: Tessera shares every resource with the same replicas, got {sorted(replicas)}")
-    return tuple(names), replicas.pop()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -303,36 +202,6 @@ def content_name(prefix: str, text: str) -> str:
     if len(name) > 63 or _CONTENT_NAME_RE.match(name) is None:
         raise ValueError(f"{name!r} is not a valid label value; use a short prefix of a-z 0-9 - .")
     return name
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """Safe YAML loader that refuses duplicate keys, as the Go YAML decoders of NVIDIA's tools do."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: list[Any] = []
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # '<<' may override on purpose
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-            seen.append(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _load_yaml(text: str, what: str) -> Any:
-    try:
-        return yaml.load(text, Loader=_StrictLoader)
-    except yaml.YAMLError as error:
-        raise ValueError(f"the {what} is not valid YAML: {error}") from None
-
-
-def _check_keys(value: object, known: set[str], where: str) -> None:
-    if not isinstance(value, dict):
-        raise ValueError(f"{where} must be a mapping, not {value!r}")
-    unknown = sorted(str(key) for key in value if key not in known)
-    if unknown:
-        raise ValueError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
 
 
 # ---------------------------------------------------------------------------------------------------------------

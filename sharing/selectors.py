@@ -1,7 +1,7 @@
 """Reads of the sharing app: the impact preview of a profile on nodes, and desired-vs-observed per node."""
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from django.db.models import Count, Prefetch
 
@@ -9,6 +9,7 @@ from core.exceptions import ApplicationError
 from fleet.choices import ClusterDriver
 from fleet.models import Cluster, Gpu, Node, NodePool, Pod
 from sharing.models import PoolSharing, SharingProfile
+from sharing.nvidia_import import ClusterConfigs, ImportPlan, ProposedProfile, plan_import
 from sharing.qos import PodView
 from sharing.spec import (
     NodeConfig,
@@ -190,3 +191,30 @@ def pools_without_pods_to_check(pools: list[NodePool]) -> set[int]:
         Pod.objects.filter(node__pool_id__in=agent).order_by().values_list("node__pool_id", flat=True).distinct()
     )
     return set(agent) - with_pods
+
+
+@dataclass(frozen=True)
+class ImportPreview:
+    """What importing a cluster's NVIDIA configs would do: the plan, and which proposed names exist already."""
+
+    plan: ImportPlan
+    existing: frozenset[str]
+
+    @property
+    def creatable(self) -> list[ProposedProfile]:
+        return [p for p in self.plan.profiles if p.accepted and p.name not in self.existing]
+
+
+def nvidia_import_preview(cluster, configs: ClusterConfigs) -> ImportPreview:
+    """The import of `configs` (read from `cluster` by its driver) judged against the cluster's inventory: each
+    node's GPUs and the products the cluster has, so profiles target what its nodes carry."""
+    gpus: dict[str, list[tuple[int, str]]] = {}
+    for node_name, index, product in (
+        Gpu.objects.live().filter(node__cluster=cluster).values_list("node__name", "index", "product")
+    ):
+        gpus.setdefault(node_name, []).append((index, product))
+    nodes = tuple(replace(node, gpus=tuple(sorted(gpus.get(node.name, ())))) for node in configs.nodes)
+    products = tuple(sorted({product for node_gpus in gpus.values() for _, product in node_gpus}))
+    plan = plan_import(replace(configs, nodes=nodes, products=products))
+    names = [p.name for p in plan.profiles]
+    return ImportPreview(plan, frozenset(SharingProfile.objects.filter(name__in=names).values_list("name", flat=True)))

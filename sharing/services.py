@@ -11,8 +11,14 @@ from core.audit import Actor, audit_record
 from core.exceptions import ApplicationError
 from fleet.models import Gpu, Node, NodePool
 from sharing.models import NodePin, PoolSharing, QoSComplianceReport, QoSPolicy, SharingProfile
+from sharing.nvidia_import import ProposedProfile
 from sharing.qos import check_pods, consistency_errors, parse_taint
-from sharing.selectors import pool_pod_views, profiles_under_pool_policy, refuse_under_cluster_strategies
+from sharing.selectors import (
+    ImportPreview,
+    pool_pod_views,
+    profiles_under_pool_policy,
+    refuse_under_cluster_strategies,
+)
 from sharing.signals import desired_state_changed
 from sharing.spec import ProfileSpec, node_validation_errors, validate_spec
 
@@ -74,11 +80,67 @@ def profile_update(*, actor: Actor, profile: SharingProfile, **values) -> Sharin
     _check(profile)
     if profile_snapshot(profile) == before:
         return profile
+    if profile.imported and _meaning(profile_snapshot(profile)) != _meaning(before):
+        profile.imported = {}  # the imported names no longer hold what the profile means: render its own
     _check_assignments_still_fit(profile)
     profile.save()
     audit_record(actor=actor, action="profile.update", obj=profile, before=before, after=profile_snapshot(profile))
     desired_state_changed.send(sender=SharingProfile)
     return profile
+
+
+@transaction.atomic
+def profiles_import(*, actor: Actor, preview: ImportPreview, names: list[str] | None = None) -> list[SharingProfile]:
+    """Create the profiles an import preview proposes (all it can create, or those `names`), each keeping the names
+    of the cluster's configs it came from (sharing.spec.KeptConfigs): nodes running them stay as they are once the
+    profile is their pool's default. Refuses names the preview refused or that exist already; audited per profile."""
+    creatable = {p.name: p for p in preview.creatable}
+    wanted = list(creatable) if names is None else list(dict.fromkeys(names))
+    unknown = [name for name in wanted if name not in creatable]
+    if unknown:
+        reasons = {p.name: p.refusal for p in preview.plan.profiles if p.refusal}
+        raise ApplicationError(
+            f"Cannot import {', '.join(unknown[:5])}: refused, already a profile, or not proposed.",
+            errors={"names": [f"{n}: {reasons.get(n) or 'exists already or not proposed'}" for n in unknown[:10]]},
+        )
+    if not wanted:
+        raise ApplicationError("Nothing to import: every proposed profile exists already or was refused.")
+    created = []
+    for name in wanted:
+        proposed = creatable[name]
+        spec = proposed.spec
+        profile = SharingProfile(
+            name=name,
+            description=f"Imported from cluster {preview.plan.cluster}: {_source_text(proposed)}.",
+            mode=spec.mode,
+            target_products=list(spec.target_products),
+            mig_layouts={key: dict(layout) if layout is not None else None for key, layout in spec.mig_layouts.items()},
+            mig_strategy=spec.mig_strategy,
+            replicas=spec.replicas,
+            rename_shared=spec.rename_shared,
+            fail_requests_greater_than_one=spec.fail_requests_greater_than_one,
+            imported={"cluster": preview.plan.cluster, **spec.kept.to_json()},
+            created_by=actor.user if getattr(actor.user, "pk", None) else None,
+        )
+        _check(profile)
+        profile.save()
+        source = {"cluster": preview.plan.cluster, "mig_config": proposed.mig_config,
+                  "device_plugin_config": proposed.device_plugin_config, "nodes": list(proposed.nodes)}  # fmt: skip
+        audit_record(actor=actor, action="profile.import", obj=profile, after={**profile_snapshot(profile), **source})
+        created.append(profile)
+    return created
+
+
+def _source_text(proposed: ProposedProfile) -> str:
+    parts = [f"mig-parted config {proposed.mig_config}"] if proposed.mig_config else []
+    key = proposed.device_plugin_config
+    parts.append(f"device-plugin config {key}" if key else "the ClusterPolicy's default device-plugin config")
+    return " and ".join(parts)
+
+
+def _meaning(snapshot: dict) -> dict:
+    """The fields that decide what a profile renders to (all but its name and description)."""
+    return {k: v for k, v in snapshot.items() if k not in ("name", "description")}
 
 
 def _check_assignments_still_fit(profile: SharingProfile) -> None:

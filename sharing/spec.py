@@ -34,6 +34,48 @@ _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+].*)?$")
 
 
 @dataclass(frozen=True)
+class KeptConfigs:
+    """Configs a cluster had when a profile was imported from them (sharing.nvidia_import), kept with their names.
+
+    Nodes labelled with those names run the profile already: it renders to them, not to content-addressed names,
+    so the reconcile loop finds those nodes in sync and never re-rolls them. Only the import sets this, and any
+    change to what the profile means drops it (the names would then lie about the content)."""
+
+    mig_config: str | None  # a mig-parted config name; None: Tessera renders its own MIG config
+    mig_entries: tuple[MigDeviceSpec, ...]
+    device_plugin_key: str  # "": no label, the device plugin runs the ClusterPolicy's default config
+    device_plugin_text: str
+
+    def to_json(self) -> dict:
+        entries = [
+            {
+                "devices": e.devices if e.devices == ALL_GPUS else list(e.devices),
+                "device_filter": list(e.device_filter),
+                "mig_enabled": e.mig_enabled,
+                "mig_devices": dict(e.mig_devices),
+            }
+            for e in self.mig_entries
+        ]
+        return {
+            "mig_config": self.mig_config,
+            "mig_entries": entries,
+            "device_plugin_config": self.device_plugin_key,
+            "device_plugin": self.device_plugin_text,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> KeptConfigs | None:
+        """The kept configs stored on a profile (`SharingProfile.imported`), or None when it has none."""
+        if not data:
+            return None
+        entries = tuple(
+            MigDeviceSpec(e["devices"], e["mig_enabled"], e["mig_devices"], tuple(e["device_filter"]))
+            for e in data.get("mig_entries", ())
+        )
+        return cls(data.get("mig_config"), entries, data["device_plugin_config"], data["device_plugin"])
+
+
+@dataclass(frozen=True)
 class ProfileSpec:
     """How a node's GPUs should be shared. `mig_layouts` maps "all" or a GPU index to a layout, or None (MIG off)."""
 
@@ -47,6 +89,7 @@ class ProfileSpec:
     rename_shared: bool = False
     fail_requests_greater_than_one: bool = False
     time_slice_interval: str = "default"
+    kept: KeptConfigs | None = None  # imported from a cluster's own configs: render to their names
 
     def layout_for(self, index: int) -> Mapping[str, int] | None:
         """A GPU's layout: its own entry, else the "all" entry, else MIG disabled."""
@@ -61,17 +104,10 @@ class NodeConfig:
 
     mig_config_name: str | None  # None: the node has no MIG-capable GPU, leave nvidia.com/mig.config alone
     mig_entries: tuple[MigDeviceSpec, ...]
-    device_plugin_key: str
-    device_plugin: DevicePluginSpec
+    mig_parted_text: str  # the file defining just `mig_config_name` ("" without one)
+    device_plugin_key: str  # "" (kept configs only): no label, the ClusterPolicy's default config
+    device_plugin_text: str
     config_id: str  # one name for the whole node config (what the agent compares)
-
-    @property
-    def mig_parted_text(self) -> str:
-        return render_mig_parted_config({self.mig_config_name: self.mig_entries}) if self.mig_config_name else ""
-
-    @property
-    def device_plugin_text(self) -> str:
-        return render_device_plugin_config(self.device_plugin)
 
 
 def catalog_product(name: str) -> GpuProduct | None:
@@ -314,18 +350,27 @@ def _device_plugin(spec: ProfileSpec, gpus: Sequence[tuple[int, GpuProduct | Non
 
 
 def node_config(spec: ProfileSpec, gpus: Sequence[tuple[int, str]]) -> NodeConfig:
-    """Render the profile for one node's GPUs into content-addressed NVIDIA configs (same content, same names)."""
+    """Render the profile for one node's GPUs into content-addressed NVIDIA configs (same content, same names);
+    an imported profile renders to the names and contents it was imported from (`ProfileSpec.kept`)."""
     resolved = [(index, catalog_product(product)) for index, product in sorted(gpus)]
     mig_capable = [(index, product) for index, product in resolved if product is not None and product.mig_capable]
-    entries = _mig_entries(spec, mig_capable) if mig_capable else ()
-    mig_name = content_name(MIG_CONFIG_PREFIX, render_mig_parted_config({"x": entries})) if entries else None
-    plugin = _device_plugin(spec, resolved)
-    plugin_key = content_name(DEVICE_PLUGIN_PREFIX, render_device_plugin_config(plugin))
+    kept = spec.kept
+    if kept is not None and kept.mig_config and mig_capable:
+        entries, mig_name = kept.mig_entries, kept.mig_config
+    else:
+        entries = _mig_entries(spec, mig_capable) if mig_capable else ()
+        mig_name = content_name(MIG_CONFIG_PREFIX, render_mig_parted_config({"x": entries})) if entries else None
+    if kept is not None:
+        plugin_key, plugin_text = kept.device_plugin_key, kept.device_plugin_text
+    else:
+        plugin_text = render_device_plugin_config(_device_plugin(spec, resolved))
+        plugin_key = content_name(DEVICE_PLUGIN_PREFIX, plugin_text)
     return NodeConfig(
         mig_config_name=mig_name,
         mig_entries=entries,
+        mig_parted_text=render_mig_parted_config({mig_name: entries}) if mig_name else "",
         device_plugin_key=plugin_key,
-        device_plugin=plugin,
+        device_plugin_text=plugin_text,
         config_id=content_name("tessera-", f"{mig_name or ''}\n{plugin_key}"),
     )
 

@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from sharing.mig import GpuProduct, LayoutResult, Placement, validate_layout
+from sharing.nvidia_configs import device_filter_matches
 from sharing.render import DevicePluginSpec, MigDeviceSpec, parse_device_plugin_config, parse_mig_parted_config
 from simulator import labels as gfd
 from simulator import migconfig
@@ -346,9 +347,9 @@ class GpuOperator(ControllerLoop):
     def _plan(node: SimNode, specs: list[MigDeviceSpec]) -> tuple[Plan, str | None]:
         """Per GPU, what the selected config asks for; an error names the first GPU it cannot be done on."""
         plan: Plan = {}
-        pci_id = node.product.pci_device_id.lower()
+        pci_id = int(node.product.pci_device_id, 16)
         for spec in specs:
-            if spec.device_filter and pci_id not in {f.split(":")[0].lower() for f in spec.device_filter}:
+            if not device_filter_matches(spec.device_filter, pci_id):
                 continue
             indices = range(len(node.gpus)) if spec.devices == "all" else spec.devices
             for index in indices:

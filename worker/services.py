@@ -266,7 +266,8 @@ def _step_applying(driver: Driver, changes: list[NodeChange], now) -> None:
             mig_configs[change.applied_mig_config] = to["mig_parted"].replace(
                 f"\n  {to['mig_config']}:", f"\n  {change.applied_mig_config}:", 1
             )
-        plugin_configs[to["device_plugin_config"]] = to["device_plugin"]
+        if to["device_plugin_config"]:  # "" (an imported profile's "no label"): the ClusterPolicy default, no key
+            plugin_configs[to["device_plugin_config"]] = to["device_plugin"]
     driver.ensure_configs(mig_configs=mig_configs, device_plugin_configs=plugin_configs)
     targets = [
         NodeTarget(c.node.name, c.applied_mig_config or None, c.to_config["device_plugin_config"]) for c in changes

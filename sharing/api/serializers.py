@@ -52,10 +52,14 @@ class SharingProfileSerializer(serializers.ModelSerializer):
             "id",
             "url",
             *PROFILE_FIELDS,  # what profile_create and profile_update take
+            "imported",
             "created_at",
             "updated_at",
         ]
-        extra_kwargs = {"url": {"view_name": "sharingprofile-detail"}}
+        extra_kwargs = {
+            "url": {"view_name": "sharingprofile-detail"},
+            "imported": {"read_only": True, "help_text": "the cluster configs it was imported from, kept by name"},
+        }
 
 
 class MigValidateSerializer(serializers.Serializer):

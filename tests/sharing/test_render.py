@@ -241,7 +241,7 @@ mig-configs:
       mig-devices:
         "1g.6gb": 2
         "2g.12gb": 1
-    - device-filter: 0x233010DE
+    - device-filter: "0x233010DE"
       devices: all
       mig-enabled: true
       mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
@@ -301,38 +301,46 @@ def test_an_empty_device_plugin_config_means_the_defaults():
 # --- refusals ----------------------------------------------------------------------------------------------------
 
 ENTRY = "version: v1\nmig-configs:\n  c:\n    - "
+CANNOT = "json: cannot unmarshal"
 
 
+# Refusals in mig-parted's own words (api/spec/v1/spec.go, pkg/types/mig_config.go, go-nvlib's parseMigProfile at
+# the commits of nvidia-contracts.md); the table of sharing/nvidia_configs is tests/sharing/test_nvidia_configs.py.
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("mig-configs: {c: [{devices: all, mig-enabled: false}]}", "version must be v1, not None"),
-        ("version: v2\nmig-configs: {c: [{devices: all, mig-enabled: false}]}", "version must be v1, not 'v2'"),
-        ("version: v1\nmig-configs: {}", "at least one config"),
-        ("version: v1\nmig-configs: {c: []}", "mig-configs.c must be a non-empty list"),
-        ("version: v1\nextra: 1\nmig-configs: {c: [{devices: all, mig-enabled: false}]}", "unknown key 'extra'"),
-        (ENTRY + "{devices: all, mig-enabled: false, mig-device: {}}", r"mig-configs.c\[0\]: unknown key 'mig-device'"),
-        (ENTRY + "{mig-enabled: false}", "devices is required"),
-        (ENTRY + "{devices: all}", "mig-enabled is required"),
-        (ENTRY + "{devices: all, mig-enabled: 1}", "mig-enabled must be true or false"),
-        (ENTRY + "{devices: all, mig-enabled: true}", "mig-enabled: true needs mig-devices"),
+        ("mig-configs: {c: [{devices: all, mig-enabled: false}]}", "unable to parse with missing 'version' field"),
+        ("version: v2\nmig-configs: {c: [{devices: all, mig-enabled: false}]}", "unknown version: v2"),
+        ("", "unknown version: $"),
+        ("version: v1\nmig-configs: {}", "at least one entry in 'mig-configs' is required"),
+        ("version: v1\nmig-configs: {c: []}", "at least one entry in 'c' is required"),
+        ("version: v1\nextra: 1\nmig-configs: {c: [{devices: all, mig-enabled: false}]}", "unexpected field: extra"),
+        (
+            ENTRY + "{devices: all, mig-enabled: false, mig-device: {}}",
+            r"mig-configs.c\[0\]: unexpected field: mig-device",
+        ),
+        (ENTRY + "{mig-enabled: false}", "missing required field: devices"),
+        (ENTRY + "{devices: all}", "missing required field: mig-enabled"),
+        (ENTRY + "{devices: all, mig-enabled: 1}", f"{CANNOT} number into Go value of type bool"),
+        (
+            ENTRY + "{devices: all, mig-enabled: true}",
+            "missing required field 'mig-devices' when 'mig-enabled' is true",
+        ),
         (
             ENTRY + "{devices: all, mig-enabled: false, mig-devices: {1g.10gb: 1}}",
-            "must be empty when mig-enabled is false",
+            "MIG devices included when 'mig-enabled' is false",
         ),
-        (ENTRY + "{devices: All, mig-enabled: false}", 'devices must be "all" or a non-empty list'),
-        (ENTRY + "{devices: [], mig-enabled: false}", 'devices must be "all" or a non-empty list'),
-        (ENTRY + "{devices: [0, '1'], mig-enabled: false}", 'devices must be "all" or a non-empty list'),
-        (ENTRY + "{devices: [-1], mig-enabled: false}", 'devices must be "all" or a non-empty list'),
-        (ENTRY + "{devices: [1, 1], mig-enabled: false}", "devices lists a GPU twice"),
-        (ENTRY + "{devices: all, mig-enabled: true, mig-devices: {10gb: 1}}", "'10gb' is not a MIG profile name"),
-        (ENTRY + "{devices: all, mig-enabled: true, mig-devices: {1g.10gb: -1}}", "must be a whole number"),
-        (ENTRY + "{devices: all, mig-enabled: true, mig-devices: {1g.10gb: 0}}", "at least one count above 0"),
-        (ENTRY + "{devices: all, device-filter: A100, mig-enabled: false}", "'A100' is not a PCI device ID"),
-        ("version: v1\nmig-configs:\n  c: [{devices: all, mig-enabled: false}]\n  c: []", "duplicate key 'c'"),
-        ("version: v1\nmig-configs: [", "not valid YAML"),
-        ("- version: v1", "must be a mapping"),
-        ("version: v1\nmig-configs: {1: [{devices: all, mig-enabled: false}]}", "config name 1 is not a string"),
+        (ENTRY + "{devices: All, mig-enabled: false}", "invalid string input for 'devices': All"),
+        (ENTRY + "{devices: [0, '1'], mig-enabled: false}", r"into Go value of type \[\]int"),
+        (ENTRY + "{devices: all, mig-enabled: true, mig-devices: {10gb: 1}}", "invalid format for '10gb'"),
+        (ENTRY + "{devices: all, mig-enabled: true, mig-devices: {1g.10gb: -1}}", "invalid count for '-1'"),
+        (
+            ENTRY + "{devices: all, mig-enabled: true, mig-devices: {1g.10gb: 0}}",
+            "all counts for all MigProfiles are 0",
+        ),
+        (ENTRY + "{devices: all, device-filter: 0x20B010DE, mig-enabled: false}", f"{CANNOT} number into Go value"),
+        ("version: v1\nmig-configs: [", "error converting YAML to JSON"),
+        ("- version: v1", f"{CANNOT} array"),
     ],
 )
 def test_mig_parted_parser_refuses(text, message):
@@ -340,22 +348,53 @@ def test_mig_parted_parser_refuses(text, message):
         parse_mig_parted_config(text)
 
 
-TS = "sharing:\n  timeSlicing:\n    resources:\n"
+OFF = MigDeviceSpec("all", False)
+TWICE = "version: v1\nmig-configs:\n  c: [{devices: all, mig-enabled: true, mig-devices: {}}]\n  c: ["
 
 
 @pytest.mark.parametrize(
+    ("text", "configs"),
+    [
+        (ENTRY + "{devices: [], mig-enabled: false}", {"c": [MigDeviceSpec((), False)]}),  # matches no GPU
+        (ENTRY + "{devices: [1, 1], mig-enabled: false}", {"c": [MigDeviceSpec((1, 1), False)]}),
+        (
+            ENTRY + "{devices: all, device-filter: A100, mig-enabled: false}",
+            {"c": [MigDeviceSpec("all", False, {}, ("A100",))]},
+        ),
+        (
+            ENTRY + "{devices: all, mig-enabled: true, mig-devices: {1g.10gb+foo: 1}}",
+            {"c": [MigDeviceSpec("all", True, {"1g.10gb+foo": 1})]},
+        ),
+        (TWICE + "{devices: all, mig-enabled: false}]", {"c": [OFF]}),  # a repeated key: the last one counts
+        ("version: v1\nmig-configs: {1: [{devices: all, mig-enabled: false}]}", {"1": [OFF]}),
+        ("version: v1\nmig-configs: {n: [{devices: all, mig-enabled: false}]}", {"false": [OFF]}),  # go-yaml v2
+        ("version: v1", {}),
+    ],
+)
+def test_mig_parted_parser_accepts_what_mig_parted_accepts(text, configs):
+    assert parse_mig_parted_config(text) == configs
+
+
+TS = "sharing:\n  timeSlicing:\n    resources:\n"
+
+
+# Refusals of the plugin (api/config/v1/{config,replicas,resources}.go), then of Tessera's model (DevicePluginSpec).
+@pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("version: v2", "version must be v1"),
-        ("versions: v1", "unknown key 'versions'"),
+        ("version: v2", "unknown version: v2"),
         ("flags: {migStrategy: all}", "migStrategy must be none, single or mixed"),
-        ("flags: {strategy: mixed}", "flags: unknown key 'strategy'"),
-        ("flags: {plugin: {deviceIdStrategy: uuid}}", "flags.plugin: unknown key 'deviceIdStrategy'"),
-        ("sharing: {timeslicing: {}}", "sharing: unknown key 'timeslicing'"),
-        (TS + "      - {name: nvidia.com/gpu, replicas: 1}", r"resources\[0\].replicas must be at least 2"),
-        (TS + "      - {name: nvidia.com/gpu, replicas: '4'}", "replicas must be a whole number"),
-        (TS + "      - {name: nvidia.com/gpu}", "needs a name and replicas"),
-        (TS + "      - {name: nvidia.com/gpu, replicas: 4, weight: 1}", "unknown key 'weight'"),
+        ("sharing: {timeSlicing: {}}", "no resources specified"),
+        ("sharing: {timeSlicing: {renameByDefault: true}}", "no resources specified"),
+        ("sharing: {timeslicing: {}}", "no resources specified"),  # struct fields match case-insensitively
+        ("sharing:\n  timeSlicing:", "no resources specified"),
+        ("sharing: {mps: {resources: []}}", "no resources specified"),
+        (TS + "      - {name: nvidia.com/gpu, replicas: 1}", "number of replicas must be >= 2"),
+        (TS + "      - {name: nvidia.com/gpu, replicas: '4'}", f"{CANNOT} string into Go value of type int"),
+        (TS + "      - {name: nvidia.com/gpu}", "no replicas specified"),
+        (TS + "      - {replicas: 4}", "no resource name specified"),
+        (TS + "      - {name: Nvidia.com/GPU, replicas: 4}", "incorrect format for resource name"),
+        (TS + "      - {name: nvidia.com/gpu, replicas: 4, devices: some}", "the only valid string input is 'all'"),
         (TS + "      - {name: nvidia.com/gpu, replicas: 4}\n      - {name: nvidia.com/gpu, replicas: 4}", "distinct"),
         (
             "flags: {migStrategy: mixed}\n" + TS + "      - {name: nvidia.com/gpu, replicas: 4}\n"
@@ -363,12 +402,7 @@ TS = "sharing:\n  timeSlicing:\n    resources:\n"
             "every resource with the same replicas",
         ),
         (TS + "      - {name: nvidia.com/mig-1g.10gb, replicas: 4}", "exists only under migStrategy mixed"),
-        (TS + "      - {name: amd.com/gpu, replicas: 4}", "is not nvidia.com/gpu or a nvidia.com/mig"),
-        (
-            "sharing:\n  timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 2}]}\n"
-            "  mps: {resources: [{name: nvidia.com/gpu, replicas: 2}]}",
-            "mutually exclusive",
-        ),
+        (TS + "      - {name: foo, replicas: 4}", "'nvidia.com/foo' is not nvidia.com/gpu or a nvidia.com/mig"),
         (
             "flags: {migStrategy: mixed}\nsharing:\n  mps: {resources: [{name: nvidia.com/gpu, replicas: 4}]}",
             "MPS cannot be combined with MIG",
@@ -376,14 +410,33 @@ TS = "sharing:\n  timeSlicing:\n    resources:\n"
         ("sharing:\n  mps: {resources: [{name: nvidia.com/gpu, replicas: 49}]}", "at most 48 replicas"),
         (
             "sharing:\n  mps: {renameByDefault: 'yes please', resources: [{name: nvidia.com/gpu, replicas: 4}]}",
-            "true or false",
+            f"{CANNOT} string into Go value of type bool",
         ),
-        ("flags: [", "not valid YAML"),
+        ("flags: [", "error converting YAML to JSON"),
     ],
 )
 def test_device_plugin_parser_refuses(text, message):
     with pytest.raises(ValueError, match=message):
         parse_device_plugin_config(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "spec"),
+    [
+        ("versions: v1", DevicePluginSpec()),  # unknown keys are read past (encoding/json)
+        ("flags: {strategy: mixed, plugin: {deviceIdStrategy: uuid}}", DevicePluginSpec()),
+        ("flags: {MIGSTRATEGY: mixed}", DevicePluginSpec("mixed")),  # struct fields match case-insensitively
+        ("sharing: {mps: null}", DevicePluginSpec()),
+        (TS + "      - {name: gpu, replicas: 4, weight: 1}", DevicePluginSpec("none", "time_slicing", 4)),
+        (
+            "sharing:\n  timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 2}]}\n"
+            "  mps: {resources: [{name: nvidia.com/gpu, replicas: 3}]}",
+            DevicePluginSpec("none", "mps", 3),  # sharing.go SharingStrategy: MPS wins
+        ),
+    ],
+)
+def test_device_plugin_parser_accepts_what_the_plugin_accepts(text, spec):
+    assert parse_device_plugin_config(text) == spec
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,10 @@ from fleet.models import Cluster, Node
 from scheduling import services as schedule_services
 from scheduling.selectors import desired_state, desired_vs_observed
 from sharing import services
+from sharing.models import SharingProfile
+from sharing.render import MigDeviceSpec
 from sharing.selectors import preview_summary, profile_preview
+from sharing.spec import KeptConfigs, node_config
 from tests.factories import GpuFactory, MigDeviceFactory, NodeFactory, NodePoolFactory, PodFactory
 from worker import selectors
 
@@ -201,3 +204,18 @@ def test_a_schedule_window_the_clusters_strategy_cannot_run_is_refused(actor):
     with pytest.raises(ApplicationError) as err:
         schedule_services.schedule_create(actor=actor, pool=pool, name="s", time_zone="UTC", windows=windows)
     assert "spec.mig.strategy=mixed" in err.value.message and err.value.errors["profile"]
+
+
+def test_an_imported_profile_forgets_its_config_names_when_its_meaning_changes(actor):
+    kept = KeptConfigs("team-7x1g", (MigDeviceSpec("all", True, {"1g.10gb": 7}),), "", "version: v1\n")
+    profile = _mig_profile(actor)
+    SharingProfile.objects.filter(pk=profile.pk).update(imported={"cluster": "prod", **kept.to_json()})
+    profile.refresh_from_db()
+    assert profile.to_spec().kept == kept  # stored as JSON, read back whole
+    assert node_config(profile.to_spec(), [(0, H100)]).mig_config_name == "team-7x1g"
+    profile = services.profile_update(actor=actor, profile=profile, description="renamed, same meaning")
+    assert profile.imported
+    profile = services.profile_update(actor=actor, profile=profile, mig_layouts={"all": {"3g.40gb": 2}})
+    assert profile.imported == {} and node_config(profile.to_spec(), [(0, H100)]).mig_config_name.startswith(
+        "tessera-mig-"
+    )

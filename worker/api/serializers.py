@@ -90,3 +90,73 @@ class AdmissionPolicyStateDetailSerializer(AdmissionPolicyStateSerializer):
     class Meta(AdmissionPolicyStateSerializer.Meta):
         fields = [*AdmissionPolicyStateSerializer.Meta.fields, "manifest"]
         read_only_fields = fields
+
+
+class ConfigVerdictSerializer(serializers.Serializer):
+    """One config name of the cluster: accepted, or refused with the NVIDIA component's reason and rule."""
+
+    kind = serializers.CharField(help_text="mig-parted or device-plugin")
+    name = serializers.CharField()
+    accepted = serializers.BooleanField()
+    refusal = serializers.CharField(help_text="the component's own reason ('' when accepted)")
+    rule = serializers.CharField(help_text="where the rule lives upstream: repository@commit, file, function")
+    nodes = serializers.ListField(child=serializers.CharField(), help_text="nodes whose label selects it")
+    notes = serializers.ListField(child=serializers.CharField())
+    profiles = serializers.ListField(child=serializers.CharField(), help_text="proposed profiles made from it")
+
+
+class ProposedProfileSerializer(serializers.Serializer):
+    """A profile the import would create for a pair of config names, or why it cannot."""
+
+    name = serializers.CharField()
+    mig_config = serializers.CharField(allow_null=True)
+    device_plugin_config = serializers.CharField(help_text="'' when its nodes carry no label (the default key)")
+    products = serializers.ListField(child=serializers.CharField())
+    nodes = serializers.ListField(child=serializers.CharField(), help_text="nodes that run this pair now")
+    accepted = serializers.BooleanField()
+    exists = serializers.SerializerMethodField()
+    refusal = serializers.CharField()
+    rule = serializers.CharField()
+    notes = serializers.ListField(child=serializers.CharField())
+    profile = serializers.SerializerMethodField()
+
+    def get_exists(self, proposed) -> bool:
+        return proposed.name in self.context["existing"]
+
+    def get_profile(self, proposed) -> dict | None:
+        """The sharing profile's fields, as it would be created."""
+        spec = proposed.spec
+        if spec is None:
+            return None
+        return {"mode": spec.mode, "target_products": list(spec.target_products),
+                "mig_layouts": {k: dict(v) if v is not None else None for k, v in spec.mig_layouts.items()},
+                "mig_strategy": spec.mig_strategy, "replicas": spec.replicas, "rename_shared": spec.rename_shared,
+                "fail_requests_greater_than_one": spec.fail_requests_greater_than_one}  # fmt: skip
+
+
+class ImportPreviewSerializer(serializers.Serializer):
+    cluster = serializers.CharField(source="plan.cluster")
+    policy = serializers.CharField(source="plan.policy", help_text="the ClusterPolicy read")
+    problems = serializers.ListField(source="plan.problems", child=serializers.CharField())
+    configs = ConfigVerdictSerializer(source="plan.configs", many=True)
+    profiles = serializers.SerializerMethodField()
+    creatable = serializers.SerializerMethodField()
+
+    def get_profiles(self, preview) -> ProposedProfileSerializer(many=True):
+        context = {**self.context, "existing": preview.existing}
+        return ProposedProfileSerializer(preview.plan.profiles, many=True, context=context).data
+
+    def get_creatable(self, preview) -> list[str]:
+        return [p.name for p in preview.creatable]
+
+
+class ImportConfirmSerializer(serializers.Serializer):
+    names = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="profiles to create; all creatable ones if absent"
+    )
+
+
+class ImportedProfileSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    url = serializers.HyperlinkedIdentityField(view_name="sharingprofile-detail")

@@ -1,5 +1,6 @@
 """Worker routes under /api/v1/."""
 
+from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from worker.api import views
@@ -9,4 +10,7 @@ router.register("rollouts", views.RolloutViewSet)
 router.register("node-changes", views.NodeChangeViewSet)
 router.register("admission-policies", views.AdmissionPolicyStateViewSet)
 
-urlpatterns = router.urls
+urlpatterns = [
+    *router.urls,
+    path("clusters/<int:pk>/nvidia-import/", views.ClusterConfigImportView.as_view(), name="cluster-nvidia-import"),
+]

@@ -1,15 +1,18 @@
 """Rollout endpoints: list and follow them; operators start, pause, resume and cancel them. Admission policies:
-what Tessera keeps in each cluster for QoS policies enforced at admission (read-only)."""
+what Tessera keeps in each cluster for QoS policies enforced at admission (read-only). Importing a cluster's own
+NVIDIA configs as profiles (it reads the cluster through the driver)."""
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.generics import get_object_or_404
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from core.audit import Actor
 from core.roles import Role
-from fleet.models import Node
-from worker import rollouts
+from fleet.models import Cluster, Node
+from worker import config_import, rollouts
 from worker.admission import admission_state_forget, admission_states
 from worker.api import serializers
 from worker.filtersets import NodeChangeFilterSet, RolloutFilterSet
@@ -101,3 +104,32 @@ class AdmissionPolicyStateViewSet(viewsets.ReadOnlyModelViewSet):
         reachable cluster writes what its pools need again."""
         admission_state_forget(actor=Actor.from_request(request), state=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ClusterConfigImportView(APIView):
+    """The cluster's own mig-parted and device-plugin configs (those its ClusterPolicy names) as sharing profiles.
+
+    GET previews (any role; read only, nothing changes anywhere): per config name the verdict of the NVIDIA
+    component that reads it — refused with its reason and the upstream rule — and the nodes that select it; per pair
+    of names nodes run, the profile it would create. POST (admins) creates them, from a fresh read of the cluster:
+    all that can be created, or `names`. Each keeps its configs' names, so once it is the default of the pool of
+    the nodes that run it, the reconcile loop has nothing to change on them."""
+
+    @extend_schema(responses=serializers.ImportPreviewSerializer)
+    def get(self, request, pk):
+        preview = config_import.import_preview(get_object_or_404(Cluster, pk=pk))
+        return Response(serializers.ImportPreviewSerializer(preview, context={"request": request}).data)
+
+    @extend_schema(
+        request=serializers.ImportConfirmSerializer, responses=serializers.ImportedProfileSerializer(many=True)
+    )
+    def post(self, request, pk):
+        body = serializers.ImportConfirmSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        created = config_import.import_confirm(
+            actor=Actor.from_request(request),
+            cluster=get_object_or_404(Cluster, pk=pk),
+            names=body.validated_data.get("names"),
+        )
+        output = serializers.ImportedProfileSerializer(created, many=True, context={"request": request})
+        return Response(output.data, status=status.HTTP_201_CREATED)

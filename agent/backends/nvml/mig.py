@@ -17,6 +17,7 @@ from agent.backends.nvml.inventory import NvmlInventory
 from agent.errors import ApplyError
 from agent.protocol import MigSettings
 from sharing.mig import UnknownProductError, get_product, validate_layout
+from sharing.nvidia_configs import device_filter_matches
 from sharing.render import MigDeviceSpec, parse_mig_parted_config
 
 # The compute-instance profile that spans a whole GPU instance of that many compute slices (mig-parted's -C).
@@ -37,17 +38,10 @@ def _spec_for(specs: list[MigDeviceSpec], index: int, pci: Any) -> MigDeviceSpec
     for spec in specs:
         if spec.devices != "all" and index not in spec.devices:
             continue
-        if spec.device_filter and not any(_filter_matches(item, pci) for item in spec.device_filter):
+        if not device_filter_matches(spec.device_filter, pci.pciDeviceId, pci.pciSubSystemId):
             continue
         chosen = spec
     return chosen
-
-
-def _filter_matches(device_filter: str, pci: Any) -> bool:
-    device, _, subsystem = device_filter.partition(":")  # 0x<dev><ven>[:0x<subdev><subven>] (§2.1)
-    if int(device, 16) != pci.pciDeviceId:
-        return False
-    return not subsystem or int(subsystem, 16) == pci.pciSubSystemId
 
 
 class NvmlMig(NvmlInventory):

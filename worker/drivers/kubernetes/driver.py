@@ -12,6 +12,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from fleet.services import cluster_record_contact
+from sharing.nvidia_import import ClusterConfigs
 from worker.drivers.base import BusyPod, DriverError, NodeState, NodeTarget
 from worker.drivers.kubernetes.api import (
     MERGE_PATCH,
@@ -77,6 +78,15 @@ class KubernetesDriver:
 
     def health(self) -> HealthReport:
         return self.operator.health()
+
+    def nvidia_configs(self) -> ClusterConfigs:
+        """Read only: the GPU Operator's own configs and the nodes' labels, for an import (see Operator)."""
+        try:
+            return self.operator.nvidia_configs()
+        except DriverError:
+            raise
+        except Exception as exc:
+            raise DriverError(f"{self.cluster.name}: {error_text(exc)}", transient=is_transient(exc)) from None
 
     def adopt_operator_configs(self, **names) -> list[str]:
         """Point the ClusterPolicy at Tessera-managed ConfigMaps (seeded with what nodes use now); see Operator."""

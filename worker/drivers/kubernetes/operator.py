@@ -14,10 +14,18 @@ from dataclasses import dataclass, field
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from sharing.nvidia_import import ClusterConfigs, NodeLabels
 from sharing.render import MigDeviceSpec, parse_device_plugin_config, parse_mig_parted_config, render_mig_parted_config
 from worker.drivers.base import DriverError
 from worker.drivers.kubernetes.api import MERGE_PATCH, call, error_text, is_transient, list_all, read_json
-from worker.drivers.kubernetes.labels import MANAGED_BY, MANAGED_BY_TESSERA, MIG_CONFIG, PLUGIN_CONFIG
+from worker.drivers.kubernetes.labels import (
+    GPU_NODE_SELECTOR,
+    MANAGED_BY,
+    MANAGED_BY_TESSERA,
+    MIG_CONFIG,
+    PLUGIN_CONFIG,
+    node_labels,
+)
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +177,37 @@ class Operator:
                 f"{suggestion}"
             )
         return None
+
+    def nvidia_configs(self) -> ClusterConfigs:
+        """Read only: the ClusterPolicy's choices, the mig-parted and device-plugin ConfigMaps it names, and every
+        GPU node's two config labels — what sharing.nvidia_import judges (products come from the inventory)."""
+        policy = self.policy()
+        spec = policy.raw.get("spec") or {}
+        mig_text = None
+        if policy.mig_configmap:
+            mig_text = ((self.configmap(policy.mig_configmap) or {}).get("data") or {}).get(MIG_FILE_KEY)
+        plugin_data = {}
+        if policy.plugin_configmap:
+            plugin_data = dict((self.configmap(policy.plugin_configmap) or {}).get("data") or {})
+        nodes, _ = list_all(self.core.list_node, label_selector=GPU_NODE_SELECTOR)
+        return ClusterConfigs(
+            cluster=self.cluster_name,
+            policy=policy.name,
+            mig_strategy=(spec.get("mig") or {}).get("strategy") or "",
+            mig_configmap=policy.mig_configmap,
+            mig_parted_text=mig_text,
+            plugin_configmap=policy.plugin_configmap,
+            plugin_default=((spec.get("devicePlugin") or {}).get("config") or {}).get("default") or "",
+            plugin_configs=plugin_data,
+            nodes=tuple(
+                NodeLabels(
+                    node["metadata"]["name"],
+                    node_labels(node).get(MIG_CONFIG, ""),
+                    node_labels(node).get(PLUGIN_CONFIG, ""),
+                )
+                for node in nodes
+            ),
+        )
 
     # -- writing configs ----------------------------------------------------------------------------------------------
 
