@@ -16,7 +16,8 @@ from simulator import admission, metrics, nodes, tls
 from simulator.errors import ApiError
 from simulator.faults import Faults
 from simulator.fleet import SimNode, generate_node
-from simulator.operator import DEFAULT_MIG_CONFIGMAP, DEVICE_PLUGIN, MIG_MANAGER, GpuOperator, cluster_policy
+from simulator.operator import DEVICE_PLUGIN, MIG_MANAGER, GpuOperator
+from simulator.operator_objects import DEFAULT_MIG_CONFIGMAP, cluster_policy
 from simulator.resources import (
     CLUSTER_POLICIES,
     CONFIGMAPS,

@@ -19,6 +19,14 @@ from simulator.controller import ControllerLoop
 from simulator.faults import Faults
 from simulator.fleet import MigDevice, SimNode
 from simulator.nodes import DEPLOY_PREFIX, set_ready
+from simulator.operator_objects import (
+    CLUSTER_POLICY,
+    DEFAULT_MIG_CONFIGMAP,
+    DEVICE_PLUGIN_CONFIGMAP,
+    DEVICE_PLUGIN_CONFIGS,
+    configmap,
+    generated_configmap_name,
+)
 from simulator.resources import CLUSTER_POLICIES, CONFIGMAPS, EVENTS, NODES, PODS
 from simulator.store import Change, Store, now_timestamp
 from simulator.workload import DAEMONSET_BY_APP, OPERATOR_NAMESPACE, DaemonSets, holds_gpu
@@ -29,9 +37,6 @@ PLUGIN_CONFIG = "nvidia.com/device-plugin.config"
 PAUSED = "paused-for-mig-change"
 # Deploy labels MIG Manager pauses during a reconfiguration (contracts §1.1, reconfigure.go maybeSetPaused).
 _PAUSED_COMPONENTS = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm", "client")
-CLUSTER_POLICY = "cluster-policy"
-DEFAULT_MIG_CONFIGMAP = "default-mig-parted-config"
-DEVICE_PLUGIN_CONFIGMAP = "device-plugin-config"
 MIG_MANAGER = "nvidia-mig-manager"
 DEVICE_PLUGIN = "nvidia-device-plugin-daemonset"
 
@@ -56,50 +61,6 @@ class PluginState:
     config_error: str | None = None  # config-manager refused the selected config; resources drop to 0
     hardware_error: str | None = None  # the plugin refused the GPUs (e.g. `single` with mixed layouts)
     restarts: int = 0
-
-
-def cluster_policy(mig_config_name: str, mig_strategy: str) -> dict:
-    return {
-        "metadata": {"name": CLUSTER_POLICY},
-        "spec": {
-            "operator": {"defaultRuntime": "containerd"},
-            "driver": {"enabled": False},
-            "migManager": {
-                "enabled": True,
-                "config": {"name": mig_config_name, "default": "all-disabled"},
-                "env": [{"name": "WITH_REBOOT", "value": "false"}],
-            },
-            "devicePlugin": {"enabled": True, "config": {"name": DEVICE_PLUGIN_CONFIGMAP, "default": ""}},
-            "mig": {"strategy": mig_strategy},
-            "gfd": {"enabled": True},
-            "dcgmExporter": {"enabled": True},
-        },
-        "status": {"state": "ready", "namespace": OPERATOR_NAMESPACE},
-    }
-
-
-DEVICE_PLUGIN_CONFIGS = {
-    "default": "version: v1\nflags:\n  migStrategy: none\n",
-    "time-sliced-4": (
-        "version: v1\nflags:\n  migStrategy: none\nsharing:\n  timeSlicing:\n    resources:\n"
-        "      - name: nvidia.com/gpu\n        replicas: 4\n"
-    ),
-    "mps-4": (
-        "version: v1\nflags:\n  migStrategy: none\nsharing:\n  mps:\n    resources:\n"
-        "      - name: nvidia.com/gpu\n        replicas: 4\n"
-    ),
-}
-
-
-def _configmap(name: str, data: dict[str, str], labels: dict[str, str] | None = None) -> dict:
-    meta: dict = {"name": name, "namespace": OPERATOR_NAMESPACE}
-    if labels:
-        meta["labels"] = labels
-    return {"metadata": meta, "data": data}
-
-
-def generated_configmap_name(node: str) -> str:
-    return f"{node}-mig-config"
 
 
 # Parsed configs and placements are pure functions of their text / layout; fleets repeat them thousands of times.
@@ -142,8 +103,8 @@ class GpuOperator(ControllerLoop):
     def bootstrap(self, node_objects: dict[str, dict], policy: dict) -> list[dict]:
         """Apply every node's initial MIG config and plugin config directly; returns the ConfigMaps to load."""
         configmaps = [
-            _configmap(DEFAULT_MIG_CONFIGMAP, {"config.yaml": migconfig.dump(migconfig.default_config())}),
-            _configmap(DEVICE_PLUGIN_CONFIGMAP, dict(DEVICE_PLUGIN_CONFIGS)),
+            configmap(DEFAULT_MIG_CONFIGMAP, {"config.yaml": migconfig.dump(migconfig.default_config())}),
+            configmap(DEVICE_PLUGIN_CONFIGMAP, dict(DEVICE_PLUGIN_CONFIGS)),
         ]
         generated: dict[str, tuple[str, dict[str, list[MigDeviceSpec]]]] = {}
         for name, node in self._nodes.items():
@@ -155,7 +116,7 @@ class GpuOperator(ControllerLoop):
                     generated[node.product.name] = (text, _parse_mig_parted(text))
                 text, parsed = generated[node.product.name]
                 configmaps.append(
-                    _configmap(
+                    configmap(
                         generated_configmap_name(name),
                         {"config.yaml": text},
                         {"app.kubernetes.io/component": "nvidia-mig-manager", "nvidia.com/node-name": name},
