@@ -7,9 +7,8 @@ locks of its own. The sharp edges of the real components are kept on purpose; se
 from __future__ import annotations
 
 import functools
-import itertools
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from sharing.mig import GpuProduct, LayoutResult, Placement, validate_layout
 from sharing.render import DevicePluginSpec, MigDeviceSpec, parse_device_plugin_config, parse_mig_parted_config
@@ -96,7 +95,7 @@ class GpuOperator(ControllerLoop):
         self._daemonsets = daemonsets
         self._mig = {name: MigManagerState() for name in nodes}
         self._plugin = {name: PluginState() for name in nodes}
-        self._events = itertools.count(1)
+        self._event_serial = 0  # Event names: <pod>.<serial>, unique across restarts
 
     # -- start-up -------------------------------------------------------------------------------------------
 
@@ -429,11 +428,12 @@ class GpuOperator(ControllerLoop):
 
         pod_name = pod["metadata"]["name"]
         self._store.mutate(PODS, OPERATOR_NAMESPACE, pod_name, crash)
+        self._event_serial += 1
         now = now_timestamp()
         self._store.create(
             EVENTS,
             {
-                "metadata": {"name": f"{pod_name}.{next(self._events):016x}", "namespace": OPERATOR_NAMESPACE},
+                "metadata": {"name": f"{pod_name}.{self._event_serial:016x}", "namespace": OPERATOR_NAMESPACE},
                 "involvedObject": {
                     "kind": "Pod",
                     "namespace": OPERATOR_NAMESPACE,
@@ -497,6 +497,44 @@ class GpuOperator(ControllerLoop):
         if old.get("devicePlugin") != new.get("devicePlugin") or old.get("mig") != new.get("mig"):
             for name in self._nodes:
                 self.restart(name, DEVICE_PLUGIN)
+
+    # -- restarts of the simulator ---------------------------------------------------------------------------
+
+    def export_state(self) -> dict:
+        """What the node-side components hold in memory: why a MIG apply last failed, and the config each device plugin
+        runs (it re-reads its ConfigMap only on a key change or a restart of its pod)."""
+        return {
+            "events": self._event_serial,
+            "mig_errors": {name: m.last_error for name, m in self._mig.items() if m.last_error},
+            "plugins": {name: asdict(plugin) for name, plugin in self._plugin.items()},  # the spec as a dict too
+        }
+
+    def import_state(self, state: dict) -> None:
+        self._event_serial = state["events"]
+        for name, error in state["mig_errors"].items():
+            self._mig[name].last_error = error
+        for name, saved in state["plugins"].items():
+            self._plugin[name] = PluginState(**dict(saved, spec=DevicePluginSpec(**saved["spec"])))
+
+    def resume_interrupted(self) -> list[str]:
+        """After a restart from saved state, a node whose apply was in flight (`pending`) runs it again, as MIG Manager
+        does when its pod restarts; a node caught `rebooting` has come back up first. Returns those nodes."""
+        interrupted = []
+        for obj in self._store.objects(NODES):
+            name, state = obj["metadata"]["name"], obj["metadata"].get("labels", {}).get(MIG_STATE)
+            if name in self._nodes and state in ("pending", "rebooting"):
+                interrupted.append(name)
+                self.submit(functools.partial(self._rerun_apply, name, state == "rebooting"))
+        return sorted(interrupted)
+
+    def _rerun_apply(self, name: str, rebooted: bool) -> None:
+        if rebooted:
+            self._nodes[name].ready = True
+            self._store.mutate(NODES, "", name, lambda obj: set_ready(obj, True))
+        self._start_apply(name)
+        state, labels = self._mig[name], self._store.find(NODES, "", name)["metadata"]["labels"]
+        if not (state.busy or state.wedged) and PAUSED in labels.values():
+            self._resume(name)  # nothing left to apply (or refused at once): the paused components come back
 
     # -- helpers ---------------------------------------------------------------------------------------------
 

@@ -66,6 +66,15 @@ class Change:
     old: dict | None
 
 
+@dataclass(frozen=True)
+class StoreSnapshot:
+    """Every stored object at one resourceVersion, for the state file; entries are immutable, so this copies none."""
+
+    rv: int
+    uid_state: tuple
+    entries: dict[str, list[Entry]]  # by plural
+
+
 Key = tuple[str, str]
 Normalizer = Callable[[dict | None, dict], None]
 
@@ -195,6 +204,28 @@ class Store:
                 self._history.append(Change(self._rv, "ADDED", resource, key[0], entry, None))
             self._keys[resource.plural] = sorted(table)
             self._loaded_rv = self._rv
+
+    def restore(self, rv: int, uid_state: list, objects: dict[ResourceType, list[dict]]) -> None:
+        """Start-up from a saved snapshot instead of `load()`: objects keep their resourceVersions and the counter goes
+        on from `rv`. No history comes with them, so a watch from any older version gets 410 Gone and lists again."""
+        with self._lock:
+            if self._rv:
+                raise RuntimeError("Store.restore() is for start-up, on an empty store")
+            for resource, objs in objects.items():
+                table = self._objects.setdefault(resource.plural, {})
+                for obj in objs:
+                    key = self._key(resource, obj)
+                    self._reindex(resource, key, None, obj)
+                    table[key] = Entry(obj)
+                self._keys[resource.plural] = sorted(table)
+            self._rv = self._loaded_rv = rv
+            self._history_base = rv + 1
+            self._uids.setstate((uid_state[0], tuple(uid_state[1]), uid_state[2]))
+
+    def snapshot(self) -> StoreSnapshot:
+        with self._lock:
+            entries = {plural: list(table.values()) for plural, table in self._objects.items()}
+            return StoreSnapshot(self._rv, self._uids.getstate(), entries)
 
     def create(self, resource: ResourceType, obj: dict) -> dict:
         with self._lock:

@@ -1,0 +1,208 @@
+"""A restart keeps the cluster: `python -m simulator` stopped (SIGTERM, or SIGKILL after a write) and started again
+with the same state directory and port serves the nodes, MIG configs, pods and ConfigMaps as they were, to the same
+kubeconfig; watches go on after a clean stop and get 410 Gone after a crash; an apply in flight runs again."""
+
+import json
+import re
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+
+from simulator import Simulator
+from simulator.persist import CRASH_RV_JUMP, STATE_FILE
+from simulator.resources import NODES
+from tests.processes import free_port
+from tests.simulator.conftest import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+MERGE = "application/merge-patch+json"
+IDLE_H100 = "gpu-node-0002"  # MIG-capable, no pod, on all-disabled (seed 7, 12 nodes)
+MIG_CONFIG, MIG_STATE = "nvidia.com/mig.config", "nvidia.com/mig.config.state"
+
+
+class SimProcess:
+    """`python -m simulator` on a fixed port and state directory; its stderr goes to a file the test reads."""
+
+    def __init__(self, state_dir: Path, port: int, *extra: str, nodes: int = 12, seed: int = 7):
+        self.state_dir = state_dir
+        self.kubeconfig = state_dir / "kubeconfig"
+        self.stderr_path = state_dir / f"stderr-{time.monotonic_ns()}.log"
+        cmd = [sys.executable, "-m", "simulator", "--port", str(port), "--nodes", str(nodes), "--seed", str(seed),
+               "--state-dir", str(state_dir), "--write-kubeconfig", str(self.kubeconfig), *extra]  # fmt: skip
+        with open(self.stderr_path, "wb") as stderr:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        line = self.proc.stdout.readline()
+        assert re.search(r"serving https://127\.0\.0\.1:\d+ ", line), (line, self.stderr())
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(signum)
+        code = self.proc.wait(timeout=20)
+        self.proc.stdout.close()
+        return code
+
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(config.new_client_from_config(config_file=str(self.kubeconfig)))
+
+
+def raw_get(core: client.CoreV1Api, path: str) -> dict:
+    """GET with the client's own token and CA (those of the kubeconfig it was made from), the JSON as served."""
+    settings = core.api_client.configuration
+    request = urllib.request.Request(
+        settings.host + path, headers={"Authorization": settings.get_api_key_with_prefix("BearerToken")}
+    )
+    context = ssl.create_default_context(cafile=settings.ssl_ca_cert)
+    with urllib.request.urlopen(request, context=context, timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+def sim_state(core: client.CoreV1Api, node: str | None = None) -> dict:
+    return raw_get(core, "/_sim/state" + (f"?node={node}" if node else ""))
+
+
+def labels(core, node: str) -> dict:
+    return core.read_node(node).metadata.labels
+
+
+def change_the_cluster(core: client.CoreV1Api) -> None:
+    """What an admin and Tessera do: labels, a taint, a cordon, a MIG config, a ConfigMap, a pod deleted."""
+    core.patch_node("gpu-node-0001", {"metadata": {"labels": {"tessera.io/pool": "inference"}}}, _content_type=MERGE)
+    taint = {"key": "tessera.io/pool", "value": "inference", "effect": "NoSchedule"}
+    core.patch_node("gpu-node-0001", {"spec": {"taints": [taint], "unschedulable": True}}, _content_type=MERGE)
+    core.patch_node(IDLE_H100, {"metadata": {"labels": {MIG_CONFIG: "all-balanced"}}}, _content_type=MERGE)
+    wait_for(lambda: labels(core, IDLE_H100).get(MIG_STATE) == "success", timeout=20)
+    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="tessera-profiles"), data={"k": "v"})
+    core.create_namespaced_config_map("gpu-operator", body)
+    pod = next(p for p in core.list_pod_for_all_namespaces().items if p.metadata.namespace == "inference")
+    core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
+
+
+def cluster_view(core: client.CoreV1Api) -> dict:
+    """Everything compared across a restart: the objects as served, and the simulated GPUs of the changed node."""
+    view = {path: raw_get(core, path)["items"] for path in ("/api/v1/nodes", "/api/v1/pods", "/api/v1/configmaps")}
+    view["gpus"] = sim_state(core, IDLE_H100)["gpus"]
+    return view
+
+
+def test_a_clean_restart_serves_the_same_cluster_and_watches_go_on(tmp_path):
+    port = free_port()
+    first = SimProcess(tmp_path, port, "--apply-delay", "0.2")
+    core = first.core()
+    change_the_cluster(core)
+    before = cluster_view(core)
+    rv = int(core.list_node().metadata.resource_version)
+    assert first.stop(signal.SIGTERM) == 0
+
+    second = SimProcess(tmp_path, port, "--apply-delay", "0.2")
+    try:
+        assert "stopped cleanly" in second.stderr()
+        # The client made before the restart works on: same port, token and certificate.
+        assert cluster_view(core) == before
+        assert labels(core, "gpu-node-0001")["tessera.io/pool"] == "inference"
+        assert core.read_node("gpu-node-0001").spec.unschedulable is True
+        assert [g["mig_enabled"] for g in before["gpus"]] == [True] * 8
+        assert int(core.list_node().metadata.resource_version) == rv
+        assert sim_state(core)["restored"] is True
+
+        stream = watch.Watch().stream(core.list_node, resource_version=str(rv), timeout_seconds=5)
+        core.patch_node("gpu-node-0003", {"metadata": {"labels": {"after": "restart"}}}, _content_type=MERGE)
+        event = next(stream)
+        assert (event["type"], event["object"].metadata.name) == ("MODIFIED", "gpu-node-0003")
+        assert int(event["object"].metadata.resource_version) == rv + 1
+        stream.close()
+        with pytest.raises(ApiException) as gone:  # older than the restart: no history kept, list again
+            list(watch.Watch().stream(core.list_node, resource_version=str(rv - 1), timeout_seconds=2))
+        assert gone.value.status == 410
+    finally:
+        second.stop()
+
+
+def test_a_killed_simulator_comes_back_as_last_written_and_old_watches_get_410(tmp_path):
+    port = free_port()
+    first = SimProcess(tmp_path, port, "--apply-delay", "0.2")
+    core = first.core()
+    change_the_cluster(core)
+    before = cluster_view(core)
+    rv = int(core.list_node().metadata.resource_version)
+    time.sleep(2.5)  # past the write interval (1 s): the state file has the changes
+    first.stop(signal.SIGKILL)
+
+    second = SimProcess(tmp_path, port, "--apply-delay", "0.2")
+    try:
+        assert "not stopped cleanly" in second.stderr()
+        assert cluster_view(core) == before
+        assert labels(core, IDLE_H100)[MIG_CONFIG] == "all-balanced"
+        # Versions the killed run may have handed out after its last write are never handed out again.
+        assert int(core.list_node().metadata.resource_version) >= rv + CRASH_RV_JUMP
+        with pytest.raises(ApiException) as gone:
+            list(watch.Watch().stream(core.list_node, resource_version=str(rv), timeout_seconds=2))
+        assert gone.value.status == 410
+    finally:
+        second.stop()
+
+
+def test_an_apply_caught_in_flight_runs_again_after_the_restart(tmp_path):
+    port = free_port()
+    first = SimProcess(tmp_path, port, "--apply-delay", "60")
+    core = first.core()
+    core.patch_node(IDLE_H100, {"metadata": {"labels": {MIG_CONFIG: "all-balanced"}}}, _content_type=MERGE)
+    wait_for(lambda: labels(core, IDLE_H100).get(MIG_STATE) == "pending", timeout=10)
+    assert labels(core, IDLE_H100)["nvidia.com/gpu.deploy.device-plugin"] == "paused-for-mig-change"
+    time.sleep(2.5)
+    first.stop(signal.SIGKILL)
+
+    second = SimProcess(tmp_path, port, "--apply-delay", "0.2")
+    try:
+        assert f"apply again on {IDLE_H100}" in second.stderr()
+        wait_for(lambda: labels(core, IDLE_H100).get(MIG_STATE) == "success", timeout=20)
+        assert labels(core, IDLE_H100)["nvidia.com/gpu.deploy.device-plugin"] == "true"
+        assert all(gpu["mig_enabled"] and gpu["mig_devices"] for gpu in sim_state(core, IDLE_H100)["gpus"])
+        plugin_pods = core.list_namespaced_pod("gpu-operator", field_selector=f"spec.nodeName={IDLE_H100}").items
+        assert "nvidia-device-plugin-daemonset" in {p.metadata.labels["app"] for p in plugin_pods}
+    finally:
+        second.stop()
+
+
+def test_another_seed_or_node_count_starts_a_fresh_fleet_and_says_so(tmp_path):
+    port = free_port()
+    first = SimProcess(tmp_path, port, nodes=4, seed=3)
+    first.core().patch_node("gpu-node-0001", {"metadata": {"labels": {"kept": "no"}}}, _content_type=MERGE)
+    assert first.stop() == 0
+
+    second = SimProcess(tmp_path, port, nodes=5, seed=3)
+    try:
+        assert "it was saved for seed=3 nodes=4" in second.stderr()
+        assert "this simulator runs seed=3 nodes=5" in second.stderr()
+        core = second.core()
+        assert len(core.list_node().items) == 5
+        assert "kept" not in labels(core, "gpu-node-0001")
+    finally:
+        second.stop()
+    third = SimProcess(tmp_path, port, nodes=5, seed=4)
+    try:
+        assert "it was saved for seed=3 nodes=5" in third.stderr()
+    finally:
+        third.stop()
+
+
+def test_the_state_file_is_always_whole_while_it_is_rewritten(tmp_path):
+    with Simulator(nodes=12, seed=7, apply_delay=0.0, state_dir=str(tmp_path), save_interval=0.01) as sim:
+        path = tmp_path / STATE_FILE
+        wait_for(path.exists)
+        for round_ in range(150):
+            sim.store.mutate(
+                NODES, "", "gpu-node-0001", lambda obj, n=round_: obj["metadata"]["labels"].update(n=str(n))
+            )
+            document = json.loads(path.read_bytes())  # never a half-written file
+            assert document["fleet"]["nodes"] == 12 and len(document["objects"]["nodes"]) == 12
+        wait_for(lambda: json.loads(path.read_bytes())["resource_version"] == sim.store.resource_version)
