@@ -51,6 +51,14 @@ def _add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fresh", action="store_true", help="start from the seed even if --state-dir holds a saved cluster"
     )
+    parser.add_argument(
+        "--save-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds from a change to the rewrite of the saved cluster (longer for big fleets: at most a tenth of "
+        "the time goes to writing it); 0 keeps nothing, the cluster starts from the seed (default %(default)s)",
+    )
     parser.add_argument("--token", help="bearer token clients must send (default: random; it is in the kubeconfig)")
 
 
@@ -132,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         kubeconfig_path=args.write_kubeconfig,
         state_dir=args.state_dir,
         fresh=args.fresh,
+        save_interval=args.save_interval,
         token=args.token,
         apply_delay=args.apply_delay,
         latency_ms=args.latency_ms,

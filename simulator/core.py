@@ -48,7 +48,7 @@ class SimulatorConfig:
     # directory removed on stop, and nothing is kept.
     state_dir: str | None = None
     fresh: bool = False  # ignore (and replace) the state saved in state_dir
-    save_interval: float = 1.0  # seconds between a change and the state file's rewrite
+    save_interval: float = 1.0  # seconds between a change and the state file's rewrite; 0: keep nothing
     token: str | None = None  # default: random
     apply_delay: float = 1.0
     latency_ms: float = 0.0
@@ -110,9 +110,10 @@ class Simulator:
         state_dir.mkdir(parents=True, exist_ok=True)
         saved = None
         if cfg.state_dir is not None:
-            self._state_file = StateFile(state_dir, self._fleet())
-            saved = self._state_file.open(fresh=cfg.fresh)
             self.token = cfg.token or tls.saved_token(state_dir, self.token)
+            if cfg.save_interval > 0:
+                self._state_file = StateFile(state_dir, self._fleet())
+                saved = self._state_file.open(fresh=cfg.fresh)
         self._populate(saved)
         cert, key = tls.certificate(state_dir, cfg.host)
         self._server = ApiServer((cfg.host, cfg.port), self, tls.server_context(cert, key))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -118,15 +119,16 @@ class StateFile:
 
 
 def _replace(path: Path, chunks: list[bytes]) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    descriptor = os.open(
-        temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600
-    )  # as private as the kubeconfig beside it
-    with os.fdopen(descriptor, "wb") as out:
-        out.writelines(chunks)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temporary, path)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(descriptor, "wb") as out:
+            out.writelines(chunks)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
 
 
 def _describe(fleet: dict | None) -> str:

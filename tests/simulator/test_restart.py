@@ -206,3 +206,18 @@ def test_the_state_file_is_always_whole_while_it_is_rewritten(tmp_path):
             document = json.loads(path.read_bytes())  # never a half-written file
             assert document["fleet"]["nodes"] == 12 and len(document["objects"]["nodes"]) == 12
         wait_for(lambda: json.loads(path.read_bytes())["resource_version"] == sim.store.resource_version)
+
+
+def test_fresh_starts_from_the_seed_and_a_zero_save_interval_keeps_nothing(tmp_path, capsys):
+    options = {"nodes": 3, "seed": 2, "apply_delay": 0.0, "state_dir": str(tmp_path)}
+    with Simulator(**options) as sim:
+        sim.store.mutate(NODES, "", "gpu-node-0001", lambda obj: obj["metadata"]["labels"].update(kept="yes"))
+    with Simulator(**options) as sim:
+        assert sim.restored and sim.node("gpu-node-0001")["metadata"]["labels"]["kept"] == "yes"
+    with Simulator(**options, fresh=True) as sim:
+        assert not sim.restored and "kept" not in sim.node("gpu-node-0001")["metadata"]["labels"]
+    assert "--fresh: ignoring" in capsys.readouterr().err
+    (tmp_path / STATE_FILE).unlink()
+    with Simulator(**options, save_interval=0) as sim:
+        sim.store.mutate(NODES, "", "gpu-node-0001", lambda obj: obj["metadata"]["labels"].update(kept="yes"))
+    assert not (tmp_path / STATE_FILE).exists()
