@@ -3,56 +3,24 @@ with the same state directory and port serves the nodes, MIG configs, pods and C
 kubeconfig; watches go on after a clean stop and get 410 Gone after a crash; an apply in flight runs again."""
 
 import json
-import re
 import signal
 import ssl
-import subprocess
-import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from simulator import Simulator
 from simulator.persist import CRASH_RV_JUMP, STATE_FILE
 from simulator.resources import NODES
-from tests.processes import free_port
+from tests.processes import SimulatorProcess, free_port
 from tests.simulator.conftest import wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
 MERGE = "application/merge-patch+json"
 IDLE_H100 = "gpu-node-0002"  # MIG-capable, no pod, on all-disabled (seed 7, 12 nodes)
 MIG_CONFIG, MIG_STATE = "nvidia.com/mig.config", "nvidia.com/mig.config.state"
-
-
-class SimProcess:
-    """`python -m simulator` on a fixed port and state directory; its stderr goes to a file the test reads."""
-
-    def __init__(self, state_dir: Path, port: int, *extra: str, nodes: int = 12, seed: int = 7):
-        self.state_dir = state_dir
-        self.kubeconfig = state_dir / "kubeconfig"
-        self.stderr_path = state_dir / f"stderr-{time.monotonic_ns()}.log"
-        cmd = [sys.executable, "-m", "simulator", "--port", str(port), "--nodes", str(nodes), "--seed", str(seed),
-               "--state-dir", str(state_dir), "--write-kubeconfig", str(self.kubeconfig), *extra]  # fmt: skip
-        with open(self.stderr_path, "wb") as stderr:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True)
-        line = self.proc.stdout.readline()
-        assert re.search(r"serving https://127\.0\.0\.1:\d+ ", line), (line, self.stderr())
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text()
-
-    def stop(self, signum: int = signal.SIGTERM) -> int:
-        self.proc.send_signal(signum)
-        code = self.proc.wait(timeout=20)
-        self.proc.stdout.close()
-        return code
-
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(config.new_client_from_config(config_file=str(self.kubeconfig)))
 
 
 def raw_get(core: client.CoreV1Api, path: str) -> dict:
@@ -96,14 +64,14 @@ def cluster_view(core: client.CoreV1Api) -> dict:
 
 def test_a_clean_restart_serves_the_same_cluster_and_watches_go_on(tmp_path):
     port = free_port()
-    first = SimProcess(tmp_path, port, "--apply-delay", "0.2")
+    first = SimulatorProcess(tmp_path, port, "--apply-delay", "0.2")
     core = first.core()
     change_the_cluster(core)
     before = cluster_view(core)
     rv = int(core.list_node().metadata.resource_version)
     assert first.stop(signal.SIGTERM) == 0
 
-    second = SimProcess(tmp_path, port, "--apply-delay", "0.2")
+    second = SimulatorProcess(tmp_path, port, "--apply-delay", "0.2")
     try:
         assert "stopped cleanly" in second.stderr()
         # The client made before the restart works on: same port, token and certificate.
@@ -129,7 +97,7 @@ def test_a_clean_restart_serves_the_same_cluster_and_watches_go_on(tmp_path):
 
 def test_a_killed_simulator_comes_back_as_last_written_and_old_watches_get_410(tmp_path):
     port = free_port()
-    first = SimProcess(tmp_path, port, "--apply-delay", "0.2")
+    first = SimulatorProcess(tmp_path, port, "--apply-delay", "0.2")
     core = first.core()
     change_the_cluster(core)
     before = cluster_view(core)
@@ -137,7 +105,7 @@ def test_a_killed_simulator_comes_back_as_last_written_and_old_watches_get_410(t
     time.sleep(2.5)  # past the write interval (1 s): the state file has the changes
     first.stop(signal.SIGKILL)
 
-    second = SimProcess(tmp_path, port, "--apply-delay", "0.2")
+    second = SimulatorProcess(tmp_path, port, "--apply-delay", "0.2")
     try:
         assert "not stopped cleanly" in second.stderr()
         assert cluster_view(core) == before
@@ -153,7 +121,7 @@ def test_a_killed_simulator_comes_back_as_last_written_and_old_watches_get_410(t
 
 def test_an_apply_caught_in_flight_runs_again_after_the_restart(tmp_path):
     port = free_port()
-    first = SimProcess(tmp_path, port, "--apply-delay", "60")
+    first = SimulatorProcess(tmp_path, port, "--apply-delay", "60")
     core = first.core()
     core.patch_node(IDLE_H100, {"metadata": {"labels": {MIG_CONFIG: "all-balanced"}}}, _content_type=MERGE)
     wait_for(lambda: labels(core, IDLE_H100).get(MIG_STATE) == "pending", timeout=10)
@@ -161,7 +129,7 @@ def test_an_apply_caught_in_flight_runs_again_after_the_restart(tmp_path):
     time.sleep(2.5)
     first.stop(signal.SIGKILL)
 
-    second = SimProcess(tmp_path, port, "--apply-delay", "0.2")
+    second = SimulatorProcess(tmp_path, port, "--apply-delay", "0.2")
     try:
         assert f"apply again on {IDLE_H100}" in second.stderr()
         wait_for(lambda: labels(core, IDLE_H100).get(MIG_STATE) == "success", timeout=20)
@@ -175,11 +143,11 @@ def test_an_apply_caught_in_flight_runs_again_after_the_restart(tmp_path):
 
 def test_another_seed_or_node_count_starts_a_fresh_fleet_and_says_so(tmp_path):
     port = free_port()
-    first = SimProcess(tmp_path, port, nodes=4, seed=3)
+    first = SimulatorProcess(tmp_path, port, nodes=4, seed=3)
     first.core().patch_node("gpu-node-0001", {"metadata": {"labels": {"kept": "no"}}}, _content_type=MERGE)
     assert first.stop() == 0
 
-    second = SimProcess(tmp_path, port, nodes=5, seed=3)
+    second = SimulatorProcess(tmp_path, port, nodes=5, seed=3)
     try:
         assert "it was saved for seed=3 nodes=4" in second.stderr()
         assert "this simulator runs seed=3 nodes=5" in second.stderr()
@@ -188,7 +156,7 @@ def test_another_seed_or_node_count_starts_a_fresh_fleet_and_says_so(tmp_path):
         assert "kept" not in labels(core, "gpu-node-0001")
     finally:
         second.stop()
-    third = SimProcess(tmp_path, port, nodes=5, seed=4)
+    third = SimulatorProcess(tmp_path, port, nodes=5, seed=4)
     try:
         assert "it was saved for seed=3 nodes=5" in third.stderr()
     finally:
