@@ -23,7 +23,10 @@ from simulator.operator_objects import (
     DEFAULT_MIG_CONFIGMAP,
     DEVICE_PLUGIN_CONFIGMAP,
     DEVICE_PLUGIN_CONFIGS,
+    backoff_event,
+    config_manager_running,
     configmap,
+    crash_config_manager,
     generated_configmap_name,
 )
 from simulator.resources import CLUSTER_POLICIES, CONFIGMAPS, EVENTS, NODES, PODS
@@ -410,62 +413,16 @@ class GpuOperator(ControllerLoop):
             return
         state = self._plugin[name]
         state.restarts += 1
-
-        def crash(obj: dict) -> None:
-            obj["status"]["phase"] = "Running"
-            for status in obj["status"]["containerStatuses"]:
-                if status["name"] == "config-manager":
-                    status.update(ready=False, restartCount=state.restarts, started=False)
-                    status["state"] = {
-                        "waiting": {
-                            "reason": "CrashLoopBackOff",
-                            "message": f"back-off restarting failed container config-manager: {error}",
-                        }
-                    }
-            for condition in obj["status"]["conditions"]:
-                if condition["type"] == "Ready":
-                    condition["status"] = "False"
-
-        pod_name = pod["metadata"]["name"]
-        self._store.mutate(PODS, OPERATOR_NAMESPACE, pod_name, crash)
+        crash = functools.partial(crash_config_manager, restarts=state.restarts, error=error)
+        self._store.mutate(PODS, OPERATOR_NAMESPACE, pod["metadata"]["name"], crash)
         self._event_serial += 1
-        now = now_timestamp()
-        self._store.create(
-            EVENTS,
-            {
-                "metadata": {"name": f"{pod_name}.{self._event_serial:016x}", "namespace": OPERATOR_NAMESPACE},
-                "involvedObject": {
-                    "kind": "Pod",
-                    "namespace": OPERATOR_NAMESPACE,
-                    "name": pod_name,
-                    "uid": pod["metadata"]["uid"],
-                    "apiVersion": "v1",
-                    "fieldPath": "spec.containers{config-manager}",
-                },
-                "reason": "BackOff",
-                "message": f"Back-off restarting failed container config-manager in pod {pod_name}: {error}",
-                "source": {"component": "kubelet", "host": name},
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "count": 1,
-                "type": "Warning",
-                "reportingComponent": "kubelet",
-                "reportingInstance": name,
-            },
-        )
+        self._store.create(EVENTS, backoff_event(pod, name, error, self._event_serial, now_timestamp()))
 
     def _set_plugin_pod_running(self, name: str) -> None:
         pod = self._daemonsets.pod_on(DEVICE_PLUGIN, name)
         if pod is None:
             return
-        started = now_timestamp()
-
-        def heal(obj: dict) -> None:
-            for status in obj["status"]["containerStatuses"]:
-                status.update(ready=True, started=True, state={"running": {"startedAt": started}})
-            for condition in obj["status"]["conditions"]:
-                condition["status"] = "True"
-
+        heal = functools.partial(config_manager_running, started=now_timestamp())
         self._store.mutate(PODS, OPERATOR_NAMESPACE, pod["metadata"]["name"], heal)
 
     # -- restarts and the ClusterPolicy -----------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""What the GPU Operator installs: the ClusterPolicy, the mig-parted and device-plugin ConfigMaps, and their names."""
+"""What the GPU Operator installs and writes: the ClusterPolicy, the mig-parted and device-plugin ConfigMaps, and the
+status and Events of a device plugin whose config-manager crashes."""
 
 from __future__ import annotations
 
@@ -51,3 +52,52 @@ def configmap(name: str, data: dict[str, str], labels: dict[str, str] | None = N
 
 def generated_configmap_name(node: str) -> str:
     return f"{node}-mig-config"
+
+
+def crash_config_manager(pod: dict, *, restarts: int, error: str) -> None:
+    """The device plugin pod with its config-manager container in CrashLoopBackOff (on a clone of the pod)."""
+    pod["status"]["phase"] = "Running"
+    for status in pod["status"]["containerStatuses"]:
+        if status["name"] == "config-manager":
+            status.update(ready=False, restartCount=restarts, started=False)
+            status["state"] = {
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off restarting failed container config-manager: {error}",
+                }
+            }
+    for condition in pod["status"]["conditions"]:
+        if condition["type"] == "Ready":
+            condition["status"] = "False"
+
+
+def config_manager_running(pod: dict, *, started: str) -> None:
+    for status in pod["status"]["containerStatuses"]:
+        status.update(ready=True, started=True, state={"running": {"startedAt": started}})
+    for condition in pod["status"]["conditions"]:
+        condition["status"] = "True"
+
+
+def backoff_event(pod: dict, node: str, error: str, serial: int, now: str) -> dict:
+    """The kubelet's Warning Event for a crashing config-manager; `serial` keeps names unique across restarts."""
+    pod_name = pod["metadata"]["name"]
+    return {
+        "metadata": {"name": f"{pod_name}.{serial:016x}", "namespace": OPERATOR_NAMESPACE},
+        "involvedObject": {
+            "kind": "Pod",
+            "namespace": OPERATOR_NAMESPACE,
+            "name": pod_name,
+            "uid": pod["metadata"]["uid"],
+            "apiVersion": "v1",
+            "fieldPath": "spec.containers{config-manager}",
+        },
+        "reason": "BackOff",
+        "message": f"Back-off restarting failed container config-manager in pod {pod_name}: {error}",
+        "source": {"component": "kubelet", "host": node},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+        "type": "Warning",
+        "reportingComponent": "kubelet",
+        "reportingInstance": node,
+    }
