@@ -259,16 +259,16 @@ class Simulator:
         self.restored = True
 
     def _report_restored(self, saved: Saved) -> None:
-        """One line on stderr; MIG applies caught in flight start again (MIG Manager's pod restarts too)."""
+        """One line on stderr; the operator takes up what it had not finished or not yet seen."""
         how = (
             "stopped cleanly: watches go on from it"
             if saved.clean
             else f"not stopped cleanly: changes after {saved.document['saved_at']} are lost; older versions: 410"
         )
         log(f"restored the cluster from {self._state_file.path} at resourceVersion {saved.resource_version} ({how})")
-        interrupted = self.operator.resume_interrupted()
-        if interrupted:
-            log(f"MIG configs caught in flight apply again on {', '.join(interrupted)}")
+        applying = self.operator.resume()
+        if applying:
+            log(f"MIG configs caught in flight apply again on {', '.join(applying)}")
 
     # -- Python API (tests, benchmarks, the control endpoint) ------------------------------------------------
 

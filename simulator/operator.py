@@ -53,6 +53,7 @@ class MigManagerState:
     resync: bool = False  # the label changed while busy: apply the latest value next (SyncableMigConfig)
     wedged: bool = False
     last_error: str | None = None
+    seen: str | None = None  # the label value it last read: a different one is a change still to react to
 
 
 @dataclass
@@ -63,6 +64,7 @@ class PluginState:
     config_error: str | None = None  # config-manager refused the selected config; resources drop to 0
     hardware_error: str | None = None  # the plugin refused the GPUs (e.g. `single` with mixed layouts)
     restarts: int = 0
+    key: str | None = None  # the node's plugin-config label when the plugin last read its config
 
 
 # Parsed configs and placements are pure functions of their text / layout; fleets repeat them thousands of times.
@@ -99,11 +101,13 @@ class GpuOperator(ControllerLoop):
         self._mig = {name: MigManagerState() for name in nodes}
         self._plugin = {name: PluginState() for name in nodes}
         self._event_serial = 0  # Event names: <pod>.<serial>, unique across restarts
+        self._policy_seen: dict = {}  # the ClusterPolicy spec the operator last reacted to
 
     # -- start-up -------------------------------------------------------------------------------------------
 
     def bootstrap(self, node_objects: dict[str, dict], policy: dict) -> list[dict]:
         """Apply every node's initial MIG config and plugin config directly; returns the ConfigMaps to load."""
+        self._policy_seen = policy["spec"]
         configmaps = [
             configmap(DEFAULT_MIG_CONFIGMAP, {"config.yaml": migconfig.dump(migconfig.default_config())}),
             configmap(DEVICE_PLUGIN_CONFIGMAP, dict(DEVICE_PLUGIN_CONFIGS)),
@@ -128,10 +132,12 @@ class GpuOperator(ControllerLoop):
                 self._apply_plan(node, plan)
                 labels[MIG_CONFIG] = node.initial_mig_config
                 labels[MIG_STATE] = "success"
+                self._mig[name].seen = node.initial_mig_config
             if node.initial_plugin_config:
                 labels[PLUGIN_CONFIG] = node.initial_plugin_config
             state = self._plugin[name]
             state.spec, state.config_error = self._plugin_config(labels, policy, configmaps)
+            state.key = labels.get(PLUGIN_CONFIG)
             self._write_gpu_status(node, obj, policy)
         return configmaps
 
@@ -176,7 +182,7 @@ class GpuOperator(ControllerLoop):
             return
         state = self._mig[name]
         state.wedged = False
-        value = obj["metadata"].get("labels", {}).get(MIG_CONFIG)
+        value = state.seen = obj["metadata"].get("labels", {}).get(MIG_CONFIG)
         policy = self._policy()
         if not value:
             if policy["spec"]["migManager"]["config"].get("default") == "all-disabled":
@@ -374,7 +380,9 @@ class GpuOperator(ControllerLoop):
         if obj is None:
             return
         state = self._plugin[name]
-        spec, error = self._plugin_config(obj["metadata"].get("labels", {}), self._policy())
+        labels = obj["metadata"].get("labels", {})
+        state.key = labels.get(PLUGIN_CONFIG)
+        spec, error = self._plugin_config(labels, self._policy())
         was_broken = state.config_error or state.hardware_error
         if error is None:
             state.spec = spec
@@ -447,6 +455,7 @@ class GpuOperator(ControllerLoop):
 
     def _on_policy_change(self, old: dict, new: dict) -> None:
         """The operator rolls the DaemonSets whose configuration changed: their pods restart on every node."""
+        self._policy_seen = new
         if old.get("migManager") != new.get("migManager"):
             for name, node in self._nodes.items():
                 if node.product.mig_capable:
@@ -458,31 +467,47 @@ class GpuOperator(ControllerLoop):
     # -- restarts of the simulator ---------------------------------------------------------------------------
 
     def export_state(self) -> dict:
-        """What the node-side components hold in memory: why a MIG apply last failed, and the config each device plugin
-        runs (it re-reads its ConfigMap only on a key change or a restart of its pod)."""
+        """What the operator and the node-side components hold in memory: the inputs each last read (a change after
+        the snapshot's cut may still be queued), why a MIG apply last failed, the config each device plugin runs
+        (it re-reads its ConfigMap only on a key change or a restart of its pod)."""
         return {
             "events": self._event_serial,
-            "mig_errors": {name: m.last_error for name, m in self._mig.items() if m.last_error},
+            "policy_seen": self._policy_seen,
+            "mig": {name: {"seen": m.seen, "last_error": m.last_error} for name, m in self._mig.items()},
             "plugins": {name: asdict(plugin) for name, plugin in self._plugin.items()},  # the spec as a dict too
         }
 
     def import_state(self, state: dict) -> None:
-        self._event_serial = state["events"]
-        for name, error in state["mig_errors"].items():
-            self._mig[name].last_error = error
+        self._event_serial, self._policy_seen = state["events"], state["policy_seen"]
+        for name, saved in state["mig"].items():
+            self._mig[name].seen, self._mig[name].last_error = saved["seen"], saved["last_error"]
         for name, saved in state["plugins"].items():
             self._plugin[name] = PluginState(**dict(saved, spec=DevicePluginSpec(**saved["spec"])))
 
-    def resume_interrupted(self) -> list[str]:
-        """After a restart from saved state, a node whose apply was in flight (`pending`) runs it again, as MIG Manager
-        does when its pod restarts; a node caught `rebooting` has come back up first. Returns those nodes."""
-        interrupted = []
+    def resume(self) -> list[str]:
+        """After a restart from saved state: react to what the components had not yet (a ClusterPolicy or label
+        change, a deleted operator pod), and run again the MIG applies that were in flight, as MIG Manager does when
+        its pod restarts (a node caught `rebooting` comes back up first). Returns the nodes whose apply runs."""
+        policy = self._policy()["spec"]
+        if policy != self._policy_seen:
+            self.submit(functools.partial(self._on_policy_change, self._policy_seen, policy))
+        applying = []
         for obj in self._store.objects(NODES):
-            name, state = obj["metadata"]["name"], obj["metadata"].get("labels", {}).get(MIG_STATE)
-            if name in self._nodes and state in ("pending", "rebooting"):
-                interrupted.append(name)
+            name, labels = obj["metadata"]["name"], obj["metadata"].get("labels", {})
+            if name not in self._nodes:
+                continue
+            for spec in self._daemonsets.desired_specs(obj):
+                if self._daemonsets.pod_on(spec.name, name) is None:
+                    self.submit(functools.partial(self._on_daemon_pod_deleted, name, spec.name))
+            if labels.get(PLUGIN_CONFIG) != self._plugin[name].key:
+                self.submit(functools.partial(self._reload_plugin, name))
+            state = labels.get(MIG_STATE)
+            if self._nodes[name].product.mig_capable and (
+                state in ("pending", "rebooting") or labels.get(MIG_CONFIG) != self._mig[name].seen
+            ):
+                applying.append(name)
                 self.submit(functools.partial(self._rerun_apply, name, state == "rebooting"))
-        return sorted(interrupted)
+        return sorted(applying)
 
     def _rerun_apply(self, name: str, rebooted: bool) -> None:
         if rebooted:

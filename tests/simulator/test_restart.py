@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from simulator import Simulator
 from simulator.persist import CRASH_RV_JUMP, STATE_FILE
-from simulator.resources import NODES
+from simulator.resources import CLUSTER_POLICIES, NODES, PODS
 from tests.processes import SimulatorProcess, free_port
 from tests.simulator.conftest import wait_for
 
@@ -189,3 +189,58 @@ def test_fresh_starts_from_the_seed_and_a_zero_save_interval_keeps_nothing(tmp_p
     with Simulator(**options, save_interval=0) as sim:
         sim.store.mutate(NODES, "", "gpu-node-0001", lambda obj: obj["metadata"]["labels"].update(kept="yes"))
     assert not (tmp_path / STATE_FILE).exists()
+
+
+L4 = "gpu-node-0006"  # no MIG, plugin config from its label
+PLUGIN_CONFIG = "nvidia.com/device-plugin.config"
+
+
+def plugin_pods(sim) -> dict[str, str]:
+    return {node: sim.daemonsets.pod_on("nvidia-device-plugin-daemonset", node)["metadata"]["name"]
+            for node in sim.nodes}  # fmt: skip
+
+
+def test_changes_saved_before_the_operator_saw_them_are_taken_up_after_the_restart(tmp_path):
+    options = {"nodes": 12, "seed": 7, "apply_delay": 0.0, "state_dir": str(tmp_path)}
+    with Simulator(**options) as sim:
+        dcgm = sim.daemonsets.pod_on("nvidia-dcgm-exporter", "gpu-node-0001")["metadata"]["name"]
+        plugins = plugin_pods(sim)
+        sim.operator.stop()  # the changes below are saved, their reactions stay queued: a snapshot cut between
+        sim.store.mutate(
+            NODES, "", IDLE_H100, lambda obj: obj["metadata"]["labels"].update({MIG_CONFIG: "all-1g.10gb"})
+        )
+        sim.store.mutate(NODES, "", L4, lambda obj: obj["metadata"]["labels"].update({PLUGIN_CONFIG: "mps-4"}))
+        sim.store.delete(PODS, "gpu-operator", dcgm)
+        policy = sim.store.find(CLUSTER_POLICIES, "", "cluster-policy")
+        sim.store.mutate(
+            CLUSTER_POLICIES, "", "cluster-policy", lambda obj: obj["spec"]["mig"].update(strategy="single")
+        )
+        assert policy["spec"]["mig"]["strategy"] == "mixed"
+    with Simulator(**options) as sim:
+        assert sim.settle()
+        labels = sim.node(IDLE_H100)["metadata"]["labels"]
+        assert labels[MIG_STATE] == "success" and labels["nvidia.com/mig.strategy"] == "single"
+        assert all(len(gpu.mig_devices) == 7 for gpu in sim.nodes[IDLE_H100].gpus)
+        assert sim.node(L4)["metadata"]["labels"]["nvidia.com/gpu.sharing-strategy"] == "mps"
+        assert sim.daemonsets.pod_on("nvidia-dcgm-exporter", "gpu-node-0001") is not None
+        assert all(plugin_pods(sim)[node] != name for node, name in plugins.items())  # the policy change restarts
+
+
+def test_a_node_caught_rebooting_comes_back_ready_and_applies(tmp_path):
+    options = {"nodes": 12, "seed": 7, "state_dir": str(tmp_path)}
+    with Simulator(**options, apply_delay=1.0, faults={"reboot_nodes": [IDLE_H100]}) as sim:
+        sim.store.mutate(
+            NODES, "", IDLE_H100, lambda obj: obj["metadata"]["labels"].update({MIG_CONFIG: "all-balanced"})
+        )
+        wait_for(lambda: sim.node(IDLE_H100)["metadata"]["labels"][MIG_STATE] == "pending")
+        time.sleep(0.3)  # the first step is under way (1 s); the reboot that follows never ends before the stop
+        sim.faults.update({"apply_delay": 60.0})
+        wait_for(lambda: sim.node(IDLE_H100)["metadata"]["labels"][MIG_STATE] == "rebooting")
+        assert not sim.nodes[IDLE_H100].ready
+    with Simulator(**options, apply_delay=0.0) as sim:
+        assert sim.settle()
+        assert sim.node(IDLE_H100)["metadata"]["labels"][MIG_STATE] == "success"
+        assert sim.nodes[IDLE_H100].ready
+        ready = next(c for c in sim.node(IDLE_H100)["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True"
+        assert all(gpu.mig_enabled and gpu.mig_devices for gpu in sim.nodes[IDLE_H100].gpus)
