@@ -155,7 +155,7 @@ class Simulator:
         if self.operator is not None:
             self.operator.stop()
         if persister is not None:
-            self._state_file.write(self._collect(), clean=True)
+            self._state_file.write(self._collect(final=True), clean=True)
         if self._temp_dir:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
@@ -233,10 +233,10 @@ class Simulator:
             "mig_config_source": cfg.mig_config_source,
         }
 
-    def _collect(self) -> Snapshot:
+    def _collect(self, *, final: bool = False) -> Snapshot:
         """The state to save; run on the operator's thread (or after it stopped), so no controller step is half done."""
         return Snapshot(
-            self.store.snapshot(),
+            self.store.snapshot(final=final),
             {
                 "hardware": {name: node.state() for name, node in self.nodes.items()},
                 "operator": self.operator.export_state(),

@@ -94,6 +94,7 @@ class Store:
         self._listeners: list[Callable[[Change], None]] = []
         self._indexes: dict[str, tuple[Callable[[dict], str | None], dict[str, set[Key]]]] = {}
         self.closed = False
+        self._frozen = False  # after the last snapshot of a stop: no write may follow it
 
     # -- wiring -------------------------------------------------------------------------------------------
 
@@ -222,8 +223,10 @@ class Store:
             self._history_base = rv + 1
             self._uids.setstate((uid_state[0], tuple(uid_state[1]), uid_state[2]))
 
-    def snapshot(self) -> StoreSnapshot:
+    def snapshot(self, *, final: bool = False) -> StoreSnapshot:
+        """`final` (a clean stop): later writes are refused with 503, so none is lost after the state saved last."""
         with self._lock:
+            self._frozen = final
             entries = {plural: list(table.values()) for plural, table in self._objects.items()}
             return StoreSnapshot(self._rv, self._uids.getstate(), entries)
 
@@ -292,6 +295,7 @@ class Store:
         with self._lock:
             key = (namespace, name)
             current = self.get(resource, namespace, name).obj
+            self._refuse_if_frozen()
             del self._objects[resource.plural][key]
             keys = self._keys[resource.plural]
             del keys[bisect.bisect_left(keys, key)]
@@ -303,6 +307,7 @@ class Store:
             return final
 
     def _commit(self, resource: ResourceType, key: Key, old: dict | None, new: dict) -> dict:
+        self._refuse_if_frozen()
         normalizer = self._normalizers.get(resource.plural)
         if normalizer:
             normalizer(old, new)
@@ -325,6 +330,10 @@ class Store:
         table[key] = entry
         self._record(Change(self._rv, "ADDED" if old is None else "MODIFIED", resource, key[0], entry, old))
         return new
+
+    def _refuse_if_frozen(self) -> None:
+        if self._frozen:
+            raise ApiError(503, "ServiceUnavailable", "the API server is shutting down")
 
     def _fill_metadata(self, resource: ResourceType, obj: dict) -> None:
         obj["kind"] = resource.kind
