@@ -18,7 +18,7 @@ from simulator.faults import Faults
 from simulator.fleet import SimNode, generate_node
 from simulator.operator import DEVICE_PLUGIN, MIG_MANAGER, GpuOperator
 from simulator.operator_objects import DEFAULT_MIG_CONFIGMAP, cluster_policy
-from simulator.persist import Persister, Saved, Snapshot, StateFile, log
+from simulator.persist import Persister, Snapshot, Start, StateFile, log
 from simulator.resources import (
     ALL,
     CLUSTER_POLICIES,
@@ -108,13 +108,13 @@ class Simulator:
         if cfg.state_dir is None:
             self._temp_dir = str(state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
-        saved = None
+        begin = None
         if cfg.state_dir is not None:
             self.token = cfg.token or tls.saved_token(state_dir, self.token)
             if cfg.save_interval > 0:
                 self._state_file = StateFile(state_dir, self._fleet())
-                saved = self._state_file.open(fresh=cfg.fresh)
-        self._populate(saved)
+                begin = self._state_file.open(fresh=cfg.fresh)
+        self._populate(begin)
         cert, key = tls.certificate(state_dir, cfg.host)
         self._server = ApiServer((cfg.host, cfg.port), self, tls.server_context(cert, key))
         port = self._server.server_address[1]
@@ -123,15 +123,15 @@ class Simulator:
         self.kubeconfig_path = cfg.kubeconfig_path or str(state_dir / "kubeconfig")
         tls.write_kubeconfig(Path(self.kubeconfig_path), self.url, cert, self.token)
         self.operator.start()
-        if saved is not None:
-            self._report_restored(saved)
+        if self.restored:
+            self._report_restored(begin)
         if self._state_file is not None:
             self._persister = Persister(
                 self._state_file, lambda: self.operator.call(self._collect, 60), cfg.save_interval
             )
             self.store.add_listener(self._persister.touch)
             self._persister.start()
-            if saved is None:
+            if not self.restored:
                 self._persister.touch()  # a fresh fleet replaces whatever the directory held
         self._server_thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="sim-api", daemon=True
@@ -166,7 +166,7 @@ class Simulator:
     def __exit__(self, *exc_info) -> None:
         self.stop()
 
-    def _populate(self, saved: Saved | None) -> None:
+    def _populate(self, begin: Start | None) -> None:
         """Build the fleet with the cyclic collector off: it would rescan ~10^6 young objects many times over."""
         gc.disable()
         try:
@@ -179,10 +179,11 @@ class Simulator:
             store.set_normalizer(CONFIGMAPS, _immutable_configmap)
             store.set_normalizer(VALIDATING_ADMISSION_POLICIES, admission.normalize_policy)
             store.set_normalizer(VALIDATING_ADMISSION_POLICY_BINDINGS, admission.normalize_binding)
-            if saved is None:
-                self._seed_fleet()
+            if begin is not None and begin.document is not None:
+                self._restore(begin)
             else:
-                self._restore(saved)
+                store.start_at(begin.resource_version if begin else 0)
+                self._seed_fleet()
             store.add_listener(self.operator.on_change)
         finally:
             gc.enable()
@@ -245,27 +246,27 @@ class Simulator:
             },
         )
 
-    def _restore(self, saved: Saved) -> None:
-        document = saved.document
+    def _restore(self, begin: Start) -> None:
+        document = begin.document
         for name, node in self.nodes.items():
             node.restore(document["hardware"][name])
         self.operator.import_state(document["operator"])
         by_plural = {resource.plural: resource for resource in ALL}
         objects = {by_plural[plural]: objs for plural, objs in document["objects"].items()}
-        self.store.restore(saved.resource_version, document["uids"], objects)
+        self.store.restore(begin.resource_version, document["uids"], objects)
         pod_names = {pod["metadata"]["name"] for pod in self.store.objects(PODS)}
         self.daemonsets.restore(document["daemonsets"], pod_names)
         self.workload.restore(document["workload"], pod_names)
         self.restored = True
 
-    def _report_restored(self, saved: Saved) -> None:
+    def _report_restored(self, begin: Start) -> None:
         """One line on stderr; the operator takes up what it had not finished or not yet seen."""
         how = (
             "stopped cleanly: watches go on from it"
-            if saved.clean
-            else f"not stopped cleanly: changes after {saved.document['saved_at']} are lost; older versions: 410"
+            if begin.clean
+            else f"not stopped cleanly: changes after {begin.document['saved_at']} are lost; older versions: 410"
         )
-        log(f"restored the cluster from {self._state_file.path} at resourceVersion {saved.resource_version} ({how})")
+        log(f"restored the cluster from {self._state_file.path} at resourceVersion {begin.resource_version} ({how})")
         applying = self.operator.resume()
         if applying:
             log(f"MIG configs caught in flight apply again on {', '.join(applying)}")

@@ -5,10 +5,11 @@ ConfigMaps, the ClusterPolicy, admission objects, Events), the resourceVersion c
 hardware and GPU Operator hold in memory (MIG layouts, why an apply failed, the config each device plugin runs).
 It is replaced atomically (temp file, fsync, rename), so a reader sees the previous state or the next, never half.
 
-A clean stop (SIGTERM, SIGINT) writes it a last time and leaves `cluster-state.clean`, naming its resourceVersion:
-the next start goes on from that version, and a watch from it continues. Without the mark (a crash), changes made
-after the last write are lost and their versions may have been seen by a client, so the counter jumps past them
-and every older version is answered 410 Gone: clients list again, as after an etcd compaction.
+A clean stop (SIGTERM, SIGINT) writes it a last time and says so in `cluster-state.run`: the next start goes on from
+that resourceVersion, and a watch from it continues. Otherwise (a crash), changes made after the last write are lost
+and their versions may have been seen by a client, so the counter jumps past every version the run may have handed
+out and older versions are answered 410 Gone: clients list again, as after an etcd compaction. A fresh fleet in a
+directory that held one starts above the old versions too.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 from simulator.store import StoreSnapshot
 
 STATE_FILE = "cluster-state.json"
-CLEAN_MARK = "cluster-state.clean"
+RUN_FILE = "cluster-state.run"  # {"rv": where this run's versions start, or where a clean stop left them; "clean"}
 FORMAT = 1
 CRASH_RV_JUMP = 1_000_000  # more changes than the simulator makes between two writes
 WRITE_SHARE = 0.1  # a big fleet's file takes a while: never spend more than this share of the time writing it
@@ -47,17 +48,12 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
-class Saved:
-    """A state file made for this fleet, as read at start."""
+class Start:
+    """What a start finds in the state directory."""
 
-    document: dict
-    clean: bool  # the file was written by a clean stop, and nothing ran after it
-
-    @property
-    def resource_version(self) -> int:
-        """Where the counter goes on: where it stopped, or past any version a crashed run may have handed out."""
-        saved = self.document["resource_version"]
-        return saved if self.clean else saved + CRASH_RV_JUMP
+    document: dict | None  # the saved cluster, when it is for this fleet
+    clean: bool  # it was written by a clean stop, and nothing ran after it
+    resource_version: int  # where this run's counter starts: above every version an earlier run may have handed out
 
 
 class StateFile:
@@ -65,39 +61,27 @@ class StateFile:
 
     def __init__(self, directory: Path, fleet: dict):
         self.path = directory / STATE_FILE
-        self._mark = directory / CLEAN_MARK
+        self._run = directory / RUN_FILE
         self._fleet = fleet
 
-    def open(self, *, fresh: bool = False) -> Saved | None:
-        """The saved state if there is one for this fleet (None otherwise, with a line on stderr saying why). The
-        clean mark is used up here: from now on only another clean stop may pass for one."""
-        try:
-            clean_rv = int(self._mark.read_text())
-        except (OSError, ValueError):
-            clean_rv = None
-        self._mark.unlink(missing_ok=True)
-        if fresh:
-            if self.path.exists():
-                log(f"--fresh: ignoring {self.path}; starting a fresh fleet (the file will be replaced)")
-            return None
-        try:
-            document = json.loads(self.path.read_bytes())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as error:
-            log(f"cannot read {self.path} ({error}); starting a fresh fleet (the file will be replaced)")
-            return None
-        saved_fleet = document.get("fleet") if document.get("format") == FORMAT else None
-        if saved_fleet != self._fleet:
-            log(
-                f"ignoring {self.path}: it was saved for {_describe(saved_fleet)}, this simulator runs "
-                f"{_describe(self._fleet)}; starting a fresh fleet (the file will be replaced)"
-            )
-            return None
-        return Saved(document, clean=clean_rv == document["resource_version"])
+    def open(self, *, fresh: bool = False) -> Start:
+        """The saved state if there is one for this fleet (else a line on stderr says why it is not used), and where
+        the counter starts. From here on the directory says "not stopped cleanly" until this run stops cleanly."""
+        run = _read_json(self._run) or {}
+        document = _read_json(self.path)
+        earlier = max(run.get("rv", 0), document.get("resource_version", 0) if document else 0)
+        if document is not None and (fresh or document.get("format") != FORMAT or document.get("fleet") != self._fleet):
+            saved_for = _describe(document.get("fleet")) if document.get("format") == FORMAT else "another format"
+            why = "--fresh" if fresh else f"it was saved for {saved_for}, this simulator runs {_describe(self._fleet)}"
+            log(f"ignoring {self.path}: {why}; starting a fresh fleet (the file will be replaced)")
+            document = None
+        clean = document is not None and run.get("clean") is True and run.get("rv") == document["resource_version"]
+        rv = document["resource_version"] if clean else earlier + CRASH_RV_JUMP if earlier else 0
+        _replace(self._run, [json.dumps({"rv": rv, "clean": False}).encode()])
+        return Start(document, clean, rv)
 
     def write(self, snapshot: Snapshot, *, clean: bool = False) -> None:
-        """Replace the file atomically; `clean` (the last write of a clean stop) also leaves the mark."""
+        """Replace the file atomically; `clean` (the last write of a clean stop) also says so in the run file."""
         store = snapshot.store
         head = {
             "format": FORMAT,
@@ -115,7 +99,18 @@ class StateFile:
         chunks.append(b"}}\n")
         _replace(self.path, chunks)
         if clean:
-            _replace(self._mark, [str(store.rv).encode()])
+            _replace(self._run, [json.dumps({"rv": store.rv, "clean": True}).encode()])
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        value = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        log(f"cannot read {path} ({error}); it is ignored")
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _replace(path: Path, chunks: list[bytes]) -> None:
@@ -131,10 +126,8 @@ def _replace(path: Path, chunks: list[bytes]) -> None:
         raise
 
 
-def _describe(fleet: dict | None) -> str:
-    if not fleet:
-        return "another format"
-    return " ".join(f"{key}={value}" for key, value in fleet.items())
+def _describe(fleet: object) -> str:
+    return " ".join(f"{key}={value}" for key, value in fleet.items()) if isinstance(fleet, dict) else repr(fleet)
 
 
 class Persister:
@@ -149,7 +142,6 @@ class Persister:
         self._dirty = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self.writes = 0
 
     def touch(self, *_: object) -> None:
         """Something changed (a store listener: it runs under the store's lock, so it only sets a flag)."""
@@ -176,7 +168,6 @@ class Persister:
             started = time.monotonic()
             try:
                 self._file.write(self._capture())
-                self.writes += 1
             except Exception:  # a full disk or a slow controller step: the next change tries again
                 self._dirty.set()
                 traceback.print_exc()

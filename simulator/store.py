@@ -206,12 +206,20 @@ class Store:
             self._keys[resource.plural] = sorted(table)
             self._loaded_rv = self._rv
 
-    def restore(self, rv: int, uid_state: list, objects: dict[ResourceType, list[dict]]) -> None:
-        """Start-up from a saved snapshot instead of `load()`: objects keep their resourceVersions and the counter goes
-        on from `rv`. No history comes with them, so a watch from any older version gets 410 Gone and lists again."""
+    def start_at(self, rv: int) -> None:
+        """Start-up where an earlier cluster handed out versions up to `rv`: versions go on above them, and a watch
+        from one of those gets 410 Gone (no history reaches back), so its client lists again."""
         with self._lock:
             if self._rv:
-                raise RuntimeError("Store.restore() is for start-up, on an empty store")
+                raise RuntimeError("Store.start_at() is for start-up, on an empty store")
+            self._rv = self._loaded_rv = rv
+            self._history_base = rv + 1
+
+    def restore(self, rv: int, uid_state: list, objects: dict[ResourceType, list[dict]]) -> None:
+        """Start-up from a saved snapshot instead of `load()`: objects keep their resourceVersions and the counter goes
+        on from `rv`, with no history (see `start_at`)."""
+        with self._lock:
+            self.start_at(rv)
             for resource, objs in objects.items():
                 table = self._objects.setdefault(resource.plural, {})
                 for obj in objs:
@@ -219,8 +227,6 @@ class Store:
                     self._reindex(resource, key, None, obj)
                     table[key] = Entry(obj)
                 self._keys[resource.plural] = sorted(table)
-            self._rv = self._loaded_rv = rv
-            self._history_base = rv + 1
             self._uids.setstate((uid_state[0], tuple(uid_state[1]), uid_state[2]))
 
     def snapshot(self, *, final: bool = False) -> StoreSnapshot:

@@ -1,6 +1,7 @@
 """Real processes for integration tests: a Celery worker on a chosen broker, a gunicorn web server sharing the test
 database, the node agent on simulated GPUs, and the simulator on a state directory."""
 
+import json
 import os
 import re
 import signal
@@ -16,6 +17,8 @@ from typing import IO
 
 from django.db import connection
 from kubernetes import client, config
+
+from simulator.persist import STATE_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,6 +140,18 @@ class SimulatorProcess:
 
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(config.new_client_from_config(config_file=str(self.kubeconfig)))
+
+    def wait_saved(self, resource_version: int) -> None:
+        """Until the state file holds the cluster at `resource_version` or later (written a second after a change)."""
+
+        def saved() -> bool:
+            try:
+                document = json.loads((self.state_dir / STATE_FILE).read_bytes())
+            except FileNotFoundError:
+                return False
+            return document["resource_version"] >= resource_version
+
+        wait_until(saved, timeout=20, message=f"the state file at resourceVersion {resource_version}")
 
 
 def wait_until(predicate, *, timeout: float = 60, interval: float = 0.2, message: str = "condition"):

@@ -102,21 +102,27 @@ def test_a_killed_simulator_comes_back_as_last_written_and_old_watches_get_410(t
     change_the_cluster(core)
     before = cluster_view(core)
     rv = int(core.list_node().metadata.resource_version)
-    time.sleep(2.5)  # past the write interval (1 s): the state file has the changes
+    first.wait_saved(rv)  # a second or so after the last change
     first.stop(signal.SIGKILL)
 
     second = SimulatorProcess(tmp_path, port, "--apply-delay", "0.2")
+    assert "not stopped cleanly" in second.stderr()
+    assert cluster_view(core) == before
+    assert labels(core, IDLE_H100)[MIG_CONFIG] == "all-balanced"
+    # Versions the killed run may have handed out after its last write are never handed out again.
+    assert int(core.list_node().metadata.resource_version) >= rv + CRASH_RV_JUMP
+    with pytest.raises(ApiException) as gone:
+        list(watch.Watch().stream(core.list_node, resource_version=str(rv), timeout_seconds=2))
+    assert gone.value.status == 410
+    # Killed again before it wrote anything: its versions are not handed out a second time either.
+    seen = core.patch_node("gpu-node-0004", {"metadata": {"labels": {"x": "1"}}}, _content_type=MERGE)
+    second.stop(signal.SIGKILL)
+    third = SimulatorProcess(tmp_path, port, "--apply-delay", "0.2")
     try:
-        assert "not stopped cleanly" in second.stderr()
-        assert cluster_view(core) == before
+        assert int(core.list_node().metadata.resource_version) > int(seen.metadata.resource_version)
         assert labels(core, IDLE_H100)[MIG_CONFIG] == "all-balanced"
-        # Versions the killed run may have handed out after its last write are never handed out again.
-        assert int(core.list_node().metadata.resource_version) >= rv + CRASH_RV_JUMP
-        with pytest.raises(ApiException) as gone:
-            list(watch.Watch().stream(core.list_node, resource_version=str(rv), timeout_seconds=2))
-        assert gone.value.status == 410
     finally:
-        second.stop()
+        third.stop()
 
 
 def test_an_apply_caught_in_flight_runs_again_after_the_restart(tmp_path):
@@ -126,7 +132,7 @@ def test_an_apply_caught_in_flight_runs_again_after_the_restart(tmp_path):
     core.patch_node(IDLE_H100, {"metadata": {"labels": {MIG_CONFIG: "all-balanced"}}}, _content_type=MERGE)
     wait_for(lambda: labels(core, IDLE_H100).get(MIG_STATE) == "pending", timeout=10)
     assert labels(core, IDLE_H100)["nvidia.com/gpu.deploy.device-plugin"] == "paused-for-mig-change"
-    time.sleep(2.5)
+    first.wait_saved(int(core.list_node().metadata.resource_version))
     first.stop(signal.SIGKILL)
 
     second = SimulatorProcess(tmp_path, port, "--apply-delay", "0.2")
@@ -144,7 +150,7 @@ def test_an_apply_caught_in_flight_runs_again_after_the_restart(tmp_path):
 def test_another_seed_or_node_count_starts_a_fresh_fleet_and_says_so(tmp_path):
     port = free_port()
     first = SimulatorProcess(tmp_path, port, nodes=4, seed=3)
-    first.core().patch_node("gpu-node-0001", {"metadata": {"labels": {"kept": "no"}}}, _content_type=MERGE)
+    old = first.core().patch_node("gpu-node-0001", {"metadata": {"labels": {"kept": "no"}}}, _content_type=MERGE)
     assert first.stop() == 0
 
     second = SimulatorProcess(tmp_path, port, nodes=5, seed=3)
@@ -152,8 +158,10 @@ def test_another_seed_or_node_count_starts_a_fresh_fleet_and_says_so(tmp_path):
         assert "it was saved for seed=3 nodes=4" in second.stderr()
         assert "this simulator runs seed=3 nodes=5" in second.stderr()
         core = second.core()
-        assert len(core.list_node().items) == 5
-        assert "kept" not in labels(core, "gpu-node-0001")
+        nodes = core.list_node()
+        assert len(nodes.items) == 5 and "kept" not in labels(core, "gpu-node-0001")
+        # Versions start above the old cluster's: a watch from one of those gets 410 and lists again.
+        assert int(nodes.items[0].metadata.resource_version) > int(old.metadata.resource_version)
     finally:
         second.stop()
     third = SimulatorProcess(tmp_path, port, nodes=5, seed=4)
@@ -184,7 +192,7 @@ def test_fresh_starts_from_the_seed_and_a_zero_save_interval_keeps_nothing(tmp_p
         assert sim.restored and sim.node("gpu-node-0001")["metadata"]["labels"]["kept"] == "yes"
     with Simulator(**options, fresh=True) as sim:
         assert not sim.restored and "kept" not in sim.node("gpu-node-0001")["metadata"]["labels"]
-    assert "--fresh: ignoring" in capsys.readouterr().err
+    assert ": --fresh; starting a fresh fleet" in capsys.readouterr().err
     (tmp_path / STATE_FILE).unlink()
     with Simulator(**options, save_interval=0) as sim:
         sim.store.mutate(NODES, "", "gpu-node-0001", lambda obj: obj["metadata"]["labels"].update(kept="yes"))

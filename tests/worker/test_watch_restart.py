@@ -4,7 +4,6 @@ either way nothing Tessera recorded is lost, and later changes arrive."""
 
 import signal
 import threading
-import time
 
 import pytest
 
@@ -45,7 +44,7 @@ def test_the_watch_resumes_after_a_clean_restart_and_lists_again_after_a_kill(tm
         assert (watcher.stats.lists, watcher.stats.gone) == (1, 0)  # resumed from its version
 
         label(core, "gpu-node-0003", "batch")
-        time.sleep(2.5)  # past the simulator's write interval
+        sim.wait_saved(int(core.read_node("gpu-node-0003").metadata.resource_version))
         sim.stop(signal.SIGKILL)
         sim = SimulatorProcess(tmp_path, port, "--apply-delay", "0.2")
         label(core, "gpu-node-0004", "serving")
