@@ -44,8 +44,9 @@ def simulator(nodes: int, *, workload_pods: int | None = None, apply_delay: floa
     """`python -m simulator` in a child process; yields (url, kubeconfig path, state dir)."""
     state = Path(tempfile.mkdtemp(prefix="tessera-bench-sim-"))
     port = _free_port()
+    # --save-interval 0: a fresh fleet every time, and no state file written alongside the timed syncs.
     cmd = [sys.executable, "-m", "simulator", "--port", str(port), "--nodes", str(nodes), "--seed", str(seed),
-           "--apply-delay", str(apply_delay), "--state-dir", str(state),
+           "--apply-delay", str(apply_delay), "--state-dir", str(state), "--save-interval", "0",
            "--write-kubeconfig", str(state / "kubeconfig")]  # fmt: skip
     if workload_pods is not None:
         cmd += ["--workload-pods", str(workload_pods)]

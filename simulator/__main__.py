@@ -44,7 +44,20 @@ def _add_server_arguments(parser: argparse.ArgumentParser) -> None:
         "--write-kubeconfig", metavar="PATH", help="where to write the kubeconfig (default: <state dir>/kubeconfig)"
     )
     parser.add_argument(
-        "--state-dir", help="directory for the certificate and key (default: a temporary one, removed on exit)"
+        "--state-dir",
+        help="directory for the certificate, the token and the cluster's state: a restart with the same directory, "
+        "seed and fleet flags brings back what was changed (default: a temporary one, removed on exit)",
+    )
+    parser.add_argument(
+        "--fresh", action="store_true", help="start from the seed even if --state-dir holds a saved cluster"
+    )
+    parser.add_argument(
+        "--save-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds from a change to the rewrite of the saved cluster (longer for big fleets: at most a tenth of "
+        "the time goes to writing it); 0 keeps nothing, the cluster starts from the seed (default %(default)s)",
     )
     parser.add_argument("--token", help="bearer token clients must send (default: random; it is in the kubeconfig)")
 
@@ -126,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         kubeconfig_path=args.write_kubeconfig,
         state_dir=args.state_dir,
+        fresh=args.fresh,
+        save_interval=args.save_interval,
         token=args.token,
         apply_delay=args.apply_delay,
         latency_ms=args.latency_ms,

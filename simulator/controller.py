@@ -9,6 +9,10 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class ControllerLoop:
@@ -36,6 +40,20 @@ class ControllerLoop:
         with self._settled:
             self._pending += 1
         self._work.put(work)
+
+    def call(self, work: Callable[[], T], timeout: float) -> T:
+        """Run `work` on the loop's thread between two steps and return its result: a view of the controllers' state
+        that no step has half changed. Raises TimeoutError when the loop does not get to it in time."""
+        future: Future[T] = Future()
+
+        def run() -> None:
+            try:
+                future.set_result(work())
+            except Exception as error:
+                future.set_exception(error)
+
+        self.submit(run)
+        return future.result(timeout)
 
     def _later(self, delay: float, work: Callable[[], None]) -> None:
         """Run `work` after `delay` seconds; only the loop's own thread schedules timers."""

@@ -16,8 +16,11 @@ from simulator import admission, metrics, nodes, tls
 from simulator.errors import ApiError
 from simulator.faults import Faults
 from simulator.fleet import SimNode, generate_node
-from simulator.operator import DEFAULT_MIG_CONFIGMAP, DEVICE_PLUGIN, MIG_MANAGER, GpuOperator, cluster_policy
+from simulator.operator import DEVICE_PLUGIN, MIG_MANAGER, GpuOperator
+from simulator.operator_objects import DEFAULT_MIG_CONFIGMAP, cluster_policy
+from simulator.persist import Persister, Snapshot, Start, StateFile, log
 from simulator.resources import (
+    ALL,
     CLUSTER_POLICIES,
     CONFIGMAPS,
     DAEMONSETS,
@@ -41,7 +44,11 @@ class SimulatorConfig:
     host: str = "127.0.0.1"
     port: int = 0  # 0 = any free port
     kubeconfig_path: str | None = None  # default: <state dir>/kubeconfig
-    state_dir: str | None = None  # certificate and kubeconfig; default: a temporary directory removed on stop
+    # Certificate, kubeconfig, token and the cluster's saved state (simulator.persist); default: a temporary
+    # directory removed on stop, and nothing is kept.
+    state_dir: str | None = None
+    fresh: bool = False  # ignore (and replace) the state saved in state_dir
+    save_interval: float = 1.0  # seconds between a change and the state file's rewrite; 0: keep nothing
     token: str | None = None  # default: random
     apply_delay: float = 1.0
     latency_ms: float = 0.0
@@ -88,18 +95,27 @@ class Simulator:
         self._server: ApiServer | None = None
         self._server_thread: threading.Thread | None = None
         self._temp_dir: str | None = None
+        self._state_file: StateFile | None = None
+        self._persister: Persister | None = None
+        self.restored = False  # the cluster came from the state directory, not from the seed
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
     def start(self) -> Simulator:
         started = time.perf_counter()
-        self._populate()
         cfg = self.config
         state_dir = Path(cfg.state_dir or tempfile.mkdtemp(prefix="tessera-sim-"))
         if cfg.state_dir is None:
             self._temp_dir = str(state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
-        cert, key = tls.create_certificate(state_dir, cfg.host)
+        begin = None
+        if cfg.state_dir is not None:
+            self.token = cfg.token or tls.saved_token(state_dir, self.token)
+            if cfg.save_interval > 0:
+                self._state_file = StateFile(state_dir, self._fleet())
+                begin = self._state_file.open(fresh=cfg.fresh)
+        self._populate(begin)
+        cert, key = tls.certificate(state_dir, cfg.host)
         self._server = ApiServer((cfg.host, cfg.port), self, tls.server_context(cert, key))
         port = self._server.server_address[1]
         self.url = f"https://{cfg.host}:{port}"
@@ -107,6 +123,16 @@ class Simulator:
         self.kubeconfig_path = cfg.kubeconfig_path or str(state_dir / "kubeconfig")
         tls.write_kubeconfig(Path(self.kubeconfig_path), self.url, cert, self.token)
         self.operator.start()
+        if self.restored:
+            self._report_restored(begin)
+        if self._state_file is not None:
+            self._persister = Persister(
+                self._state_file, lambda: self.operator.call(self._collect, 60), cfg.save_interval
+            )
+            self.store.add_listener(self._persister.touch)
+            self._persister.start()
+            if not self.restored:
+                self._persister.touch()  # a fresh fleet replaces whatever the directory held
         self._server_thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="sim-api", daemon=True
         )
@@ -115,6 +141,11 @@ class Simulator:
         return self
 
     def stop(self) -> None:
+        """Stop serving and the controllers (an apply in flight stays `pending`: it runs again at the next start), then
+        write the state a last time, marked as a clean stop."""
+        persister, self._persister = self._persister, None
+        if persister is not None:
+            persister.stop()
         if self._server is not None:
             self.store.close()
             self._server.shutdown()
@@ -123,6 +154,8 @@ class Simulator:
             self._server = None
         if self.operator is not None:
             self.operator.stop()
+        if persister is not None:
+            self._state_file.write(self._collect(final=True), clean=True)
         if self._temp_dir:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
@@ -133,19 +166,32 @@ class Simulator:
     def __exit__(self, *exc_info) -> None:
         self.stop()
 
-    def _populate(self) -> None:
+    def _populate(self, begin: Start | None) -> None:
         """Build the fleet with the cyclic collector off: it would rescan ~10^6 young objects many times over."""
         gc.disable()
         try:
-            self._build()
+            cfg = self.config
+            self.nodes = {node.name: node for node in (generate_node(cfg.seed, i) for i in range(cfg.nodes))}
+            self.operator = GpuOperator(self.store, self.nodes, self.faults, self.daemonsets)
+            store = self.store
+            store.add_index(PODS, lambda pod: pod["spec"].get("nodeName"))
+            store.set_normalizer(NODES, nodes.normalize)
+            store.set_normalizer(CONFIGMAPS, _immutable_configmap)
+            store.set_normalizer(VALIDATING_ADMISSION_POLICIES, admission.normalize_policy)
+            store.set_normalizer(VALIDATING_ADMISSION_POLICY_BINDINGS, admission.normalize_binding)
+            if begin is not None and begin.document is not None:
+                self._restore(begin)
+            else:
+                store.start_at(begin.resource_version if begin else 0)
+                self._seed_fleet()
+            store.add_listener(self.operator.on_change)
         finally:
             gc.enable()
 
-    def _build(self) -> None:
+    def _seed_fleet(self) -> None:
+        """The cluster as the seed makes it: nodes, the operator's objects and pods, a workload."""
         cfg = self.config
         now = datetime.now(UTC)
-        self.nodes = {node.name: node for node in (generate_node(cfg.seed, i) for i in range(cfg.nodes))}
-        self.operator = GpuOperator(self.store, self.nodes, self.faults, self.daemonsets)
         mig_configmap = DEFAULT_MIG_CONFIGMAP if cfg.mig_config_source == "static" else ""
         policy = cluster_policy(mig_configmap, cfg.mig_strategy)
         node_objects = {}
@@ -158,13 +204,7 @@ class Simulator:
                 nodes.set_ready(obj, False)
             node_objects[name] = obj
         configmaps = self.operator.bootstrap(node_objects, policy)
-
         store = self.store
-        store.add_index(PODS, lambda pod: pod["spec"].get("nodeName"))
-        store.set_normalizer(NODES, nodes.normalize)
-        store.set_normalizer(CONFIGMAPS, _immutable_configmap)
-        store.set_normalizer(VALIDATING_ADMISSION_POLICIES, admission.normalize_policy)
-        store.set_normalizer(VALIDATING_ADMISSION_POLICY_BINDINGS, admission.normalize_binding)
         store.load(NAMESPACES, [{"metadata": {"name": n}, "status": {"phase": "Active"}} for n in NAMESPACE_NAMES])
         store.load(CLUSTER_POLICIES, [policy])
         store.load(CONFIGMAPS, configmaps)
@@ -179,9 +219,57 @@ class Simulator:
                 for spec in self.daemonsets.desired_specs(obj)
             ],
         )
-        count = cfg.workload_pods if cfg.workload_pods is not None else cfg.nodes // 2
-        store.load(PODS, self.workload.place(count, store.objects(NODES)))
-        store.add_listener(self.operator.on_change)
+        store.load(PODS, self.workload.place(self._fleet()["workload_pods"], store.objects(NODES)))
+
+    # -- the state directory (simulator.persist) --------------------------------------------------------------
+
+    def _fleet(self) -> dict:
+        """What shapes the seeded cluster: a saved state is used only by a simulator started with the same."""
+        cfg = self.config
+        return {
+            "seed": cfg.seed,
+            "nodes": cfg.nodes,
+            "workload_pods": cfg.workload_pods if cfg.workload_pods is not None else cfg.nodes // 2,
+            "mig_strategy": cfg.mig_strategy,
+            "mig_config_source": cfg.mig_config_source,
+        }
+
+    def _collect(self, *, final: bool = False) -> Snapshot:
+        """The state to save; run on the operator's thread (or after it stopped), so no controller step is half done."""
+        return Snapshot(
+            self.store.snapshot(final=final),
+            {
+                "hardware": {name: node.state() for name, node in self.nodes.items()},
+                "operator": self.operator.export_state(),
+                "daemonsets": self.daemonsets.export_state(),
+                "workload": self.workload.export_state(),
+            },
+        )
+
+    def _restore(self, begin: Start) -> None:
+        document = begin.document
+        for name, node in self.nodes.items():
+            node.restore(document["hardware"][name])
+        self.operator.import_state(document["operator"])
+        by_plural = {resource.plural: resource for resource in ALL}
+        objects = {by_plural[plural]: objs for plural, objs in document["objects"].items()}
+        self.store.restore(begin.resource_version, document["uids"], objects)
+        pod_names = {pod["metadata"]["name"] for pod in self.store.objects(PODS)}
+        self.daemonsets.restore(document["daemonsets"], pod_names)
+        self.workload.restore(document["workload"], pod_names)
+        self.restored = True
+
+    def _report_restored(self, begin: Start) -> None:
+        """One line on stderr; the operator takes up what it had not finished or not yet seen."""
+        how = (
+            "stopped cleanly: watches go on from it"
+            if begin.clean
+            else f"not stopped cleanly: changes after {begin.document['saved_at']} are lost; older versions: 410"
+        )
+        log(f"restored the cluster from {self._state_file.path} at resourceVersion {begin.resource_version} ({how})")
+        applying = self.operator.resume()
+        if applying:
+            log(f"MIG configs caught in flight apply again on {', '.join(applying)}")
 
     # -- Python API (tests, benchmarks, the control endpoint) ------------------------------------------------
 
@@ -240,6 +328,8 @@ class Simulator:
         memoryManagerPolicy), as an admin editing its config and restarting it would; returns the new settings."""
         sim_node = self._require_node(node)
         sim_node.kubelet = {**sim_node.kubelet, **nodes.check_kubelet_settings(changes)}
+        if self._persister is not None:
+            self._persister.touch()  # hardware state only: no store change marks it
         return dict(sim_node.kubelet)
 
     def add_pod(self, node: str, resource: str = "nvidia.com/gpu", count: int = 1, **options) -> dict:
@@ -284,6 +374,8 @@ class Simulator:
             "mig_config_states": states,
             "faults": self.faults.as_dict(),
             "startup_seconds": round(self.startup_seconds, 3),
+            "state_file": str(self._state_file.path) if self._state_file else None,
+            "restored": self.restored,
         }
 
     def _require_node(self, name: str) -> SimNode:

@@ -86,6 +86,28 @@ class SimNode:
     # The kubelet settings a QoS policy compares (contracts §7.2), served at /api/v1/nodes/<name>/proxy/configz.
     kubelet: dict[str, str] = field(default_factory=dict)
 
+    def state(self) -> dict:
+        """What changes while the node runs (readiness, MIG layout and reconfiguration count, kubelet settings); the
+        rest is a function of (seed, index) and is generated again at a restart."""
+        return {
+            "ready": self.ready,
+            "mig_applies": self.mig_applies,
+            "kubelet": dict(self.kubelet),
+            "gpus": [
+                {
+                    "mig_enabled": gpu.mig_enabled,
+                    "mig_devices": [[d.profile, d.start, d.size, d.gi_id, d.generation] for d in gpu.mig_devices],
+                }
+                for gpu in self.gpus
+            ],
+        }
+
+    def restore(self, state: dict) -> None:
+        self.ready, self.mig_applies, self.kubelet = state["ready"], state["mig_applies"], dict(state["kubelet"])
+        for gpu, saved in zip(self.gpus, state["gpus"], strict=True):
+            gpu.mig_enabled = saved["mig_enabled"]
+            gpu.mig_devices = [MigDevice(p, s, z, gi, gpu.uuid, gen) for p, s, z, gi, gen in saved["mig_devices"]]
+
 
 # (share, topologyManagerPolicy, cpuManagerPolicy): most kubelets run the defaults, tuned nodes align to NUMA.
 KUBELET_MIX: tuple[tuple[float, str, str], ...] = (

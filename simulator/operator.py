@@ -7,9 +7,8 @@ locks of its own. The sharp edges of the real components are kept on purpose; se
 from __future__ import annotations
 
 import functools
-import itertools
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from sharing.mig import GpuProduct, LayoutResult, Placement, validate_layout
 from sharing.nvidia_configs import device_filter_matches
@@ -20,6 +19,17 @@ from simulator.controller import ControllerLoop
 from simulator.faults import Faults
 from simulator.fleet import MigDevice, SimNode
 from simulator.nodes import DEPLOY_PREFIX, set_ready
+from simulator.operator_objects import (
+    CLUSTER_POLICY,
+    DEFAULT_MIG_CONFIGMAP,
+    DEVICE_PLUGIN_CONFIGMAP,
+    DEVICE_PLUGIN_CONFIGS,
+    backoff_event,
+    config_manager_running,
+    configmap,
+    crash_container,
+    generated_configmap_name,
+)
 from simulator.resources import CLUSTER_POLICIES, CONFIGMAPS, EVENTS, NODES, PODS
 from simulator.store import Change, Store, now_timestamp
 from simulator.workload import DAEMONSET_BY_APP, OPERATOR_NAMESPACE, DaemonSets, holds_gpu
@@ -30,9 +40,6 @@ PLUGIN_CONFIG = "nvidia.com/device-plugin.config"
 PAUSED = "paused-for-mig-change"
 # Deploy labels MIG Manager pauses during a reconfiguration (contracts §1.1, reconfigure.go maybeSetPaused).
 _PAUSED_COMPONENTS = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm", "client")
-CLUSTER_POLICY = "cluster-policy"
-DEFAULT_MIG_CONFIGMAP = "default-mig-parted-config"
-DEVICE_PLUGIN_CONFIGMAP = "device-plugin-config"
 MIG_MANAGER = "nvidia-mig-manager"
 DEVICE_PLUGIN = "nvidia-device-plugin-daemonset"
 
@@ -47,6 +54,7 @@ class MigManagerState:
     resync: bool = False  # the label changed while busy: apply the latest value next (SyncableMigConfig)
     wedged: bool = False
     last_error: str | None = None
+    seen: str | None = None  # the label value it last read: a different one is a change still to react to
 
 
 @dataclass
@@ -57,61 +65,7 @@ class PluginState:
     config_error: str | None = None  # config-manager refused the selected config; resources drop to 0
     hardware_error: str | None = None  # the plugin refused the GPUs (e.g. `single` with mixed layouts)
     restarts: int = 0
-
-
-# The plugin image the ClusterPolicy names, as the Helm chart writes it (repository, image, version).
-_PLUGIN_REFERENCE, _, _PLUGIN_VERSION = DAEMONSET_BY_APP[DEVICE_PLUGIN].image.rpartition(":")
-_PLUGIN_REPOSITORY, _, _PLUGIN_IMAGE = _PLUGIN_REFERENCE.rpartition("/")
-
-
-def cluster_policy(mig_config_name: str, mig_strategy: str) -> dict:
-    return {
-        "metadata": {"name": CLUSTER_POLICY},
-        "spec": {
-            "operator": {"defaultRuntime": "containerd"},
-            "driver": {"enabled": False},
-            "migManager": {
-                "enabled": True,
-                "config": {"name": mig_config_name, "default": "all-disabled"},
-                "env": [{"name": "WITH_REBOOT", "value": "false"}],
-            },
-            "devicePlugin": {
-                "enabled": True,
-                "repository": _PLUGIN_REPOSITORY,
-                "image": _PLUGIN_IMAGE,
-                "version": _PLUGIN_VERSION,
-                "config": {"name": DEVICE_PLUGIN_CONFIGMAP, "default": ""},
-            },
-            "mig": {"strategy": mig_strategy},
-            "gfd": {"enabled": True},
-            "dcgmExporter": {"enabled": True},
-        },
-        "status": {"state": "ready", "namespace": OPERATOR_NAMESPACE},
-    }
-
-
-DEVICE_PLUGIN_CONFIGS = {
-    "default": "version: v1\nflags:\n  migStrategy: none\n",
-    "time-sliced-4": (
-        "version: v1\nflags:\n  migStrategy: none\nsharing:\n  timeSlicing:\n    resources:\n"
-        "      - name: nvidia.com/gpu\n        replicas: 4\n"
-    ),
-    "mps-4": (
-        "version: v1\nflags:\n  migStrategy: none\nsharing:\n  mps:\n    resources:\n"
-        "      - name: nvidia.com/gpu\n        replicas: 4\n"
-    ),
-}
-
-
-def _configmap(name: str, data: dict[str, str], labels: dict[str, str] | None = None) -> dict:
-    meta: dict = {"name": name, "namespace": OPERATOR_NAMESPACE}
-    if labels:
-        meta["labels"] = labels
-    return {"metadata": meta, "data": data}
-
-
-def generated_configmap_name(node: str) -> str:
-    return f"{node}-mig-config"
+    key: str | None = None  # the node's plugin-config label when the plugin last read its config
 
 
 # Parsed configs and placements are pure functions of their text / layout; fleets repeat them thousands of times.
@@ -147,15 +101,17 @@ class GpuOperator(ControllerLoop):
         self._daemonsets = daemonsets
         self._mig = {name: MigManagerState() for name in nodes}
         self._plugin = {name: PluginState() for name in nodes}
-        self._events = itertools.count(1)
+        self._event_serial = 0  # Event names: <pod>.<serial>, unique across restarts
+        self._policy_seen: dict = {}  # the ClusterPolicy spec the operator last reacted to
 
     # -- start-up -------------------------------------------------------------------------------------------
 
     def bootstrap(self, node_objects: dict[str, dict], policy: dict) -> list[dict]:
         """Apply every node's initial MIG config and plugin config directly; returns the ConfigMaps to load."""
+        self._policy_seen = policy["spec"]
         configmaps = [
-            _configmap(DEFAULT_MIG_CONFIGMAP, {"config.yaml": migconfig.dump(migconfig.default_config())}),
-            _configmap(DEVICE_PLUGIN_CONFIGMAP, dict(DEVICE_PLUGIN_CONFIGS)),
+            configmap(DEFAULT_MIG_CONFIGMAP, {"config.yaml": migconfig.dump(migconfig.default_config())}),
+            configmap(DEVICE_PLUGIN_CONFIGMAP, dict(DEVICE_PLUGIN_CONFIGS)),
         ]
         generated: dict[str, tuple[str, dict[str, list[MigDeviceSpec]]]] = {}
         for name, node in self._nodes.items():
@@ -167,7 +123,7 @@ class GpuOperator(ControllerLoop):
                     generated[node.product.name] = (text, _parse_mig_parted(text))
                 text, parsed = generated[node.product.name]
                 configmaps.append(
-                    _configmap(
+                    configmap(
                         generated_configmap_name(name),
                         {"config.yaml": text},
                         {"app.kubernetes.io/component": "nvidia-mig-manager", "nvidia.com/node-name": name},
@@ -177,10 +133,12 @@ class GpuOperator(ControllerLoop):
                 self._apply_plan(node, plan)
                 labels[MIG_CONFIG] = node.initial_mig_config
                 labels[MIG_STATE] = "success"
+                self._mig[name].seen = node.initial_mig_config
             if node.initial_plugin_config:
                 labels[PLUGIN_CONFIG] = node.initial_plugin_config
             state = self._plugin[name]
             state.spec, state.config_error = self._plugin_config(labels, policy, configmaps)
+            state.key = labels.get(PLUGIN_CONFIG)
             self._write_gpu_status(node, obj, policy)
         return configmaps
 
@@ -225,7 +183,7 @@ class GpuOperator(ControllerLoop):
             return
         state = self._mig[name]
         state.wedged = False
-        value = obj["metadata"].get("labels", {}).get(MIG_CONFIG)
+        value = state.seen = obj["metadata"].get("labels", {}).get(MIG_CONFIG)
         policy = self._policy()
         if not value:
             if policy["spec"]["migManager"]["config"].get("default") == "all-disabled":
@@ -423,7 +381,9 @@ class GpuOperator(ControllerLoop):
         if obj is None:
             return
         state = self._plugin[name]
-        spec, error = self._plugin_config(obj["metadata"].get("labels", {}), self._policy())
+        labels = obj["metadata"].get("labels", {})
+        state.key = labels.get(PLUGIN_CONFIG)
+        spec, error = self._plugin_config(labels, self._policy())
         was_broken = state.config_error or state.hardware_error
         if error is None:
             state.spec = spec
@@ -465,61 +425,16 @@ class GpuOperator(ControllerLoop):
             return
         state = self._plugin[name]
         state.restarts += 1
-
-        def crash(obj: dict) -> None:
-            obj["status"]["phase"] = "Running"
-            for status in obj["status"]["containerStatuses"]:
-                if status["name"] == container:
-                    status.update(ready=False, restartCount=state.restarts, started=False)
-                    status["state"] = {
-                        "waiting": {
-                            "reason": "CrashLoopBackOff",
-                            "message": f"back-off restarting failed container {container}: {error}",
-                        }
-                    }
-            for condition in obj["status"]["conditions"]:
-                if condition["type"] == "Ready":
-                    condition["status"] = "False"
-
-        pod_name = pod["metadata"]["name"]
-        self._store.mutate(PODS, OPERATOR_NAMESPACE, pod_name, crash)
-        now = now_timestamp()
-        self._store.create(
-            EVENTS,
-            {
-                "metadata": {"name": f"{pod_name}.{next(self._events):016x}", "namespace": OPERATOR_NAMESPACE},
-                "involvedObject": {
-                    "kind": "Pod",
-                    "namespace": OPERATOR_NAMESPACE,
-                    "name": pod_name,
-                    "uid": pod["metadata"]["uid"],
-                    "apiVersion": "v1",
-                    "fieldPath": f"spec.containers{{{container}}}",
-                },
-                "reason": "BackOff",
-                "message": f"Back-off restarting failed container {container} in pod {pod_name}: {error}",
-                "source": {"component": "kubelet", "host": name},
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "count": 1,
-                "type": "Warning",
-                "reportingComponent": "kubelet",
-                "reportingInstance": name,
-            },
-        )
+        crash = functools.partial(crash_container, container=container, restarts=state.restarts, error=error)
+        self._store.mutate(PODS, OPERATOR_NAMESPACE, pod["metadata"]["name"], crash)
+        self._event_serial += 1
+        self._store.create(EVENTS, backoff_event(pod, name, error, self._event_serial, now_timestamp(), container))
 
     def _set_plugin_pod_running(self, name: str) -> None:
         pod = self._daemonsets.pod_on(DEVICE_PLUGIN, name)
         if pod is None:
             return
-        started = now_timestamp()
-
-        def heal(obj: dict) -> None:
-            for status in obj["status"]["containerStatuses"]:
-                status.update(ready=True, started=True, state={"running": {"startedAt": started}})
-            for condition in obj["status"]["conditions"]:
-                condition["status"] = "True"
-
+        heal = functools.partial(config_manager_running, started=now_timestamp())
         self._store.mutate(PODS, OPERATOR_NAMESPACE, pod["metadata"]["name"], heal)
 
     # -- restarts and the ClusterPolicy -----------------------------------------------------------------------
@@ -544,6 +459,7 @@ class GpuOperator(ControllerLoop):
 
     def _on_policy_change(self, old: dict, new: dict) -> None:
         """The operator rolls the DaemonSets whose configuration changed: their pods restart on every node."""
+        self._policy_seen = new
         if old.get("migManager") != new.get("migManager"):
             for name, node in self._nodes.items():
                 if node.product.mig_capable:
@@ -551,6 +467,60 @@ class GpuOperator(ControllerLoop):
         if old.get("devicePlugin") != new.get("devicePlugin") or old.get("mig") != new.get("mig"):
             for name in self._nodes:
                 self.restart(name, DEVICE_PLUGIN)
+
+    # -- restarts of the simulator ---------------------------------------------------------------------------
+
+    def export_state(self) -> dict:
+        """What the operator and the node-side components hold in memory: the inputs each last read (a change after
+        the snapshot's cut may still be queued), why a MIG apply last failed, the config each device plugin runs
+        (it re-reads its ConfigMap only on a key change or a restart of its pod)."""
+        return {
+            "events": self._event_serial,
+            "policy_seen": self._policy_seen,
+            "mig": {name: {"seen": m.seen, "last_error": m.last_error} for name, m in self._mig.items()},
+            "plugins": {name: asdict(plugin) for name, plugin in self._plugin.items()},  # the spec as a dict too
+        }
+
+    def import_state(self, state: dict) -> None:
+        self._event_serial, self._policy_seen = state["events"], state["policy_seen"]
+        for name, saved in state["mig"].items():
+            self._mig[name].seen, self._mig[name].last_error = saved["seen"], saved["last_error"]
+        for name, saved in state["plugins"].items():
+            self._plugin[name] = PluginState(**dict(saved, spec=DevicePluginSpec(**saved["spec"])))
+
+    def resume(self) -> list[str]:
+        """After a restart from saved state: react to what the components had not yet (a ClusterPolicy or label
+        change, a deleted operator pod), and run again the MIG applies that were in flight, as MIG Manager does when
+        its pod restarts (a node caught `rebooting` comes back up first). Returns the nodes whose apply runs."""
+        policy = self._policy()["spec"]
+        if policy != self._policy_seen:
+            self.submit(functools.partial(self._on_policy_change, self._policy_seen, policy))
+        applying = []
+        for obj in self._store.objects(NODES):
+            name, labels = obj["metadata"]["name"], obj["metadata"].get("labels", {})
+            if name not in self._nodes:
+                continue
+            for spec in self._daemonsets.desired_specs(obj):
+                if self._daemonsets.pod_on(spec.name, name) is None:
+                    self.submit(functools.partial(self._on_daemon_pod_deleted, name, spec.name))
+            if labels.get(PLUGIN_CONFIG) != self._plugin[name].key:
+                self.submit(functools.partial(self._reload_plugin, name))
+            state = labels.get(MIG_STATE)
+            if self._nodes[name].product.mig_capable and (
+                state in ("pending", "rebooting") or labels.get(MIG_CONFIG) != self._mig[name].seen
+            ):
+                applying.append(name)
+                self.submit(functools.partial(self._rerun_apply, name, state == "rebooting"))
+        return sorted(applying)
+
+    def _rerun_apply(self, name: str, rebooted: bool) -> None:
+        if rebooted:
+            self._nodes[name].ready = True
+            self._store.mutate(NODES, "", name, lambda obj: set_ready(obj, True))
+        self._start_apply(name)
+        state, labels = self._mig[name], self._store.find(NODES, "", name)["metadata"]["labels"]
+        if not (state.busy or state.wedged) and PAUSED in labels.values():
+            self._resume(name)  # nothing left to apply (or refused at once): the paused components come back
 
     # -- helpers ---------------------------------------------------------------------------------------------
 

@@ -66,6 +66,15 @@ class Change:
     old: dict | None
 
 
+@dataclass(frozen=True)
+class StoreSnapshot:
+    """Every stored object at one resourceVersion, for the state file; entries are immutable, so this copies none."""
+
+    rv: int
+    uid_state: tuple
+    entries: dict[str, list[Entry]]  # by plural
+
+
 Key = tuple[str, str]
 Normalizer = Callable[[dict | None, dict], None]
 
@@ -85,6 +94,7 @@ class Store:
         self._listeners: list[Callable[[Change], None]] = []
         self._indexes: dict[str, tuple[Callable[[dict], str | None], dict[str, set[Key]]]] = {}
         self.closed = False
+        self._frozen = False  # after the last snapshot of a stop: no write may follow it
 
     # -- wiring -------------------------------------------------------------------------------------------
 
@@ -196,6 +206,36 @@ class Store:
             self._keys[resource.plural] = sorted(table)
             self._loaded_rv = self._rv
 
+    def start_at(self, rv: int) -> None:
+        """Start-up where an earlier cluster handed out versions up to `rv`: versions go on above them, and a watch
+        from one of those gets 410 Gone (no history reaches back), so its client lists again."""
+        with self._lock:
+            if self._rv:
+                raise RuntimeError("Store.start_at() is for start-up, on an empty store")
+            self._rv = self._loaded_rv = rv
+            self._history_base = rv + 1
+
+    def restore(self, rv: int, uid_state: list, objects: dict[ResourceType, list[dict]]) -> None:
+        """Start-up from a saved snapshot instead of `load()`: objects keep their resourceVersions and the counter goes
+        on from `rv`, with no history (see `start_at`)."""
+        with self._lock:
+            self.start_at(rv)
+            for resource, objs in objects.items():
+                table = self._objects.setdefault(resource.plural, {})
+                for obj in objs:
+                    key = self._key(resource, obj)
+                    self._reindex(resource, key, None, obj)
+                    table[key] = Entry(obj)
+                self._keys[resource.plural] = sorted(table)
+            self._uids.setstate((uid_state[0], tuple(uid_state[1]), uid_state[2]))
+
+    def snapshot(self, *, final: bool = False) -> StoreSnapshot:
+        """`final` (a clean stop): later writes are refused with 503, so none is lost after the state saved last."""
+        with self._lock:
+            self._frozen = final
+            entries = {plural: list(table.values()) for plural, table in self._objects.items()}
+            return StoreSnapshot(self._rv, self._uids.getstate(), entries)
+
     def create(self, resource: ResourceType, obj: dict) -> dict:
         with self._lock:
             meta = obj.setdefault("metadata", {})
@@ -261,6 +301,7 @@ class Store:
         with self._lock:
             key = (namespace, name)
             current = self.get(resource, namespace, name).obj
+            self._refuse_if_frozen()
             del self._objects[resource.plural][key]
             keys = self._keys[resource.plural]
             del keys[bisect.bisect_left(keys, key)]
@@ -272,6 +313,7 @@ class Store:
             return final
 
     def _commit(self, resource: ResourceType, key: Key, old: dict | None, new: dict) -> dict:
+        self._refuse_if_frozen()
         normalizer = self._normalizers.get(resource.plural)
         if normalizer:
             normalizer(old, new)
@@ -294,6 +336,10 @@ class Store:
         table[key] = entry
         self._record(Change(self._rv, "ADDED" if old is None else "MODIFIED", resource, key[0], entry, old))
         return new
+
+    def _refuse_if_frozen(self) -> None:
+        if self._frozen:
+            raise ApiError(503, "ServiceUnavailable", "the API server is shutting down")
 
     def _fill_metadata(self, resource: ResourceType, obj: dict) -> None:
         obj["kind"] = resource.kind

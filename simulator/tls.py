@@ -1,4 +1,6 @@
-"""A self-signed serving certificate (openssl CLI) and the kubeconfig that trusts it.
+"""A self-signed serving certificate (openssl CLI), the bearer token, and the kubeconfig that trusts them.
+
+In a state directory both are kept across restarts, so a kubeconfig written before a restart still works after it.
 
 client-go never sends a bearer token over plain HTTP, so kubectl needs HTTPS; the official Python client
 reads the same `certificate-authority-data`.
@@ -16,8 +18,9 @@ from pathlib import Path
 import yaml
 
 
-def create_certificate(directory: Path, host: str) -> tuple[Path, Path]:
-    """An EC P-256 certificate valid for `host`, 127.0.0.1 and localhost; returns (cert, key) paths."""
+def certificate(directory: Path, host: str) -> tuple[Path, Path]:
+    """An EC P-256 certificate valid for `host`, 127.0.0.1 and localhost: the one in `directory` if it is that and
+    valid for another day, else a new one; returns (cert, key) paths."""
     cert, key = directory / "apiserver.crt", directory / "apiserver.key"
     names = {"DNS:localhost", "IP:127.0.0.1"}
     try:
@@ -25,6 +28,22 @@ def create_certificate(directory: Path, host: str) -> tuple[Path, Path]:
         names.add(f"IP:{host}")
     except ValueError:
         names.add(f"DNS:{host}")
+    if not (cert.exists() and key.exists() and _still_valid(cert, names)):
+        _create(cert, key, names)
+    return cert, key
+
+
+def _still_valid(cert: Path, names: set[str]) -> bool:
+    check = subprocess.run(
+        ["openssl", "x509", "-in", str(cert), "-noout", "-checkend", "86400", "-ext", "subjectAltName"],
+        capture_output=True,
+        text=True,
+    )
+    listed = next((line for line in check.stdout.splitlines() if "DNS:" in line or "IP Address:" in line), "")
+    return check.returncode == 0 and {name.strip().replace("IP Address:", "IP:") for name in listed.split(",")} == names
+
+
+def _create(cert: Path, key: Path, names: set[str]) -> None:
     subprocess.run(
         [
             "openssl",
@@ -56,7 +75,18 @@ def create_certificate(directory: Path, host: str) -> tuple[Path, Path]:
         capture_output=True,
     )
     os.chmod(key, 0o600)
-    return cert, key
+
+
+def saved_token(directory: Path, new_token: str) -> str:
+    """The bearer token kept in `directory`, or `new_token`, kept there from now on."""
+    path = directory / "token"
+    try:
+        return path.read_text().strip() or new_token
+    except FileNotFoundError:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as out:
+            out.write(new_token)
+        return new_token
 
 
 def server_context(cert: Path, key: Path) -> ssl.SSLContext:

@@ -214,6 +214,14 @@ class DaemonSets:
         self._generation: dict[tuple[str, str], int] = {}
         self._names: set[str] = set()
 
+    def export_state(self) -> dict:
+        """The pod-name generations per DaemonSet and node: names stay unique across a restart."""
+        return {f"{ds}/{node}": generation for (ds, node), generation in self._generation.items()}
+
+    def restore(self, state: dict, pod_names: set[str]) -> None:
+        self._generation = {tuple(key.split("/", 1)): generation for key, generation in state.items()}
+        self._names = set(pod_names)
+
     def objects(self, node_count: int, mig_node_count: int) -> list[dict]:
         created = now_timestamp()
         result = []
@@ -319,6 +327,16 @@ class Workload:
         self._random = random.Random(f"{seed}:workload")
         self._serial = 0
         self._names: set[str] = set()
+
+    def export_state(self) -> dict:
+        """Where the seeded draws and the name serial stand: pods added after a restart are new ones."""
+        return {"serial": self._serial, "random": self._random.getstate()}
+
+    def restore(self, state: dict, pod_names: set[str]) -> None:
+        version, internal, gauss = state["random"]
+        self._random.setstate((version, tuple(internal), gauss))
+        self._serial = state["serial"]
+        self._names = set(pod_names)
 
     def free_resources(self, node: dict) -> dict[str, int]:
         allocatable = {k: int(v) for k, v in node["status"].get("allocatable", {}).items() if is_gpu_resource(k)}

@@ -1,7 +1,9 @@
 """Real processes for integration tests: a Celery worker on a chosen broker, a gunicorn web server sharing the test
-database, and the node agent on simulated GPUs."""
+database, the node agent on simulated GPUs, and the simulator on a state directory."""
 
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -16,6 +18,9 @@ from typing import IO
 
 import pytest
 from django.db import connection
+from kubernetes import client, config
+
+from simulator.persist import STATE_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,6 +114,46 @@ def web_server(var_dir: Path, *, workers: int = 1, threads: int = 4, eager_tasks
     finally:
         _stop(proc)
         log.close()
+
+
+class SimulatorProcess:
+    """`python -m simulator` on a fixed port and state directory, as `make run` starts it, until `stop()` (with the
+    signal given: a restart test kills it too); its stderr goes to a file the test reads."""
+
+    def __init__(self, state_dir: Path, port: int, *extra: str, nodes: int = 12, seed: int = 7):
+        self.state_dir, self.url = state_dir, f"https://127.0.0.1:{port}"
+        self.kubeconfig = state_dir / "kubeconfig"
+        self.stderr_path = state_dir / f"stderr-{time.monotonic_ns()}.log"
+        cmd = [sys.executable, "-m", "simulator", "--port", str(port), "--nodes", str(nodes), "--seed", str(seed),
+               "--state-dir", str(state_dir), "--write-kubeconfig", str(self.kubeconfig), *extra]  # fmt: skip
+        with open(self.stderr_path, "wb") as stderr:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        line = self.proc.stdout.readline()
+        assert re.search(r"serving https://127\.0\.0\.1:\d+ ", line), (line, self.stderr())
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(signum)
+        code = self.proc.wait(timeout=20)
+        self.proc.stdout.close()
+        return code
+
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(config.new_client_from_config(config_file=str(self.kubeconfig)))
+
+    def wait_saved(self, resource_version: int) -> None:
+        """Until the state file holds the cluster at `resource_version` or later (written a second after a change)."""
+
+        def saved() -> bool:
+            try:
+                document = json.loads((self.state_dir / STATE_FILE).read_bytes())
+            except FileNotFoundError:
+                return False
+            return document["resource_version"] >= resource_version
+
+        wait_until(saved, timeout=20, message=f"the state file at resourceVersion {resource_version}")
 
 
 def wait_until(predicate, *, timeout: float = 60, interval: float = 0.2, message: str = "condition"):

@@ -19,7 +19,7 @@ def test_help_explains_every_flag():
         "--port", "--host", "--nodes", "--seed", "--write-kubeconfig", "--apply-delay", "--latency-ms",
         "--error-rate", "--write-error-rate", "--workload-pods", "--mig-strategy", "--mig-config-source",
         "--watch-history", "--token", "--state-dir", "--log-requests", "--watch-drop-after-events",
-        "--watch-drop-after-seconds", "--faults",
+        "--watch-drop-after-seconds", "--faults", "--fresh", "--save-interval",
     ):  # fmt: skip
         assert flag in result.stdout
 
