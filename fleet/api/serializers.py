@@ -63,6 +63,7 @@ class ClusterSerializer(serializers.ModelSerializer):
             "in_cluster",
             "operator_namespace",
             "metrics_url",
+            "prometheus_url",
             "connection_state",
             "last_contact_at",
             "last_error",
