@@ -288,7 +288,8 @@ class Simulator:
         pod = self.store.get(PODS, namespace, pod_name).obj
         node = pod["spec"].get("nodeName", "")
         ip = pod["status"].get("podIP", "")
-        listening = pod["metadata"].get("labels", {}).get("app") == EXPORTER and port == "9400"
+        owners = pod["metadata"].get("ownerReferences") or [{}]
+        listening = owners[0].get("name") == EXPORTER and port == "9400"  # the exporter's pods, however labelled
         if not listening or not self._require_node(node).ready:
             raise ApiError(
                 503,

@@ -329,11 +329,13 @@ class DaemonSets:
         return [spec for spec in DAEMONSET_SPECS if labels.get(DEPLOY_PREFIX + spec.component) == "true"]
 
     def pod_on(self, app: str, node: str) -> dict | None:
+        """The pod of DaemonSet `app` on the node (by its owner: labels may be edited behind the operator's back)."""
         return next(
             (
                 pod
                 for pod in self._store.indexed(PODS, node)
-                if pod["metadata"]["namespace"] == OPERATOR_NAMESPACE and pod["metadata"]["labels"].get("app") == app
+                if pod["metadata"]["namespace"] == OPERATOR_NAMESPACE
+                and (pod["metadata"].get("ownerReferences") or [{}])[0].get("name") == app
             ),
             None,
         )

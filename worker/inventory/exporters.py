@@ -41,17 +41,26 @@ def fetch_metrics(cluster, node_names: Iterable[str] | None = None) -> Scraped:
     return scrape_exporter_pods(cluster, node_names)
 
 
-def _read(cluster, url: str, parse):
+def _read(cluster, url: str, parse, what: str = "metrics endpoint"):
     """GET `url` with the cluster's API client pool (it carries the kubeconfig's CA, never its credentials: these
-    endpoints are not the API) and parse the streamed response."""
+    endpoints are not the API) and parse the streamed response; any status but 200 is a (transient) error."""
     pool = k8s.api_client(cluster).rest_client.pool_manager
     response = pool.request("GET", url, preload_content=False, timeout=_TIMEOUT)
     try:
         if response.status != 200:
-            raise DriverError(f"{url} answered {response.status}", transient=True)
+            raise DriverError(f"{what} answered {response.status}{_error_text(response)}", transient=True)
         return parse(response)
     finally:
         response.release_conn()
+
+
+def _error_text(response) -> str:
+    """Prometheus' reason for refusing a query (`{"status": "error", "errorType", "error"}`), if it gave one."""
+    try:
+        body = json.loads(response.read(64 * 1024))
+    except (ValueError, TypeError):
+        return ""
+    return f": {body.get('errorType', '')} {body.get('error', '')}".rstrip() if isinstance(body, dict) else ""
 
 
 def _lines(chunks: Iterable[bytes]) -> Iterator[str]:
@@ -81,9 +90,11 @@ def exporter_pods(core: client.CoreV1Api, namespace: str) -> dict[str, tuple[str
         services, _ = k8s.list_all(core.list_namespaced_service, namespace)
         for service in services:
             spec = service.get("spec") or {}
-            if "dcgm-exporter" in service["metadata"]["name"] and spec.get("selector"):
-                selector = ",".join(f"{k}={v}" for k, v in sorted(spec["selector"].items()))
-                pods, _ = k8s.list_all(core.list_namespaced_pod, namespace, label_selector=selector)
+            if "dcgm-exporter" not in service["metadata"]["name"] or not spec.get("selector"):
+                continue
+            selector = ",".join(f"{k}={v}" for k, v in sorted(spec["selector"].items()))
+            pods, _ = k8s.list_all(core.list_namespaced_pod, namespace, label_selector=selector)
+            if pods:
                 target = next(iter(spec.get("ports") or []), {}).get("targetPort", DCGM_PORT)
                 service_port = target if isinstance(target, int) else DCGM_PORT
                 break
@@ -141,7 +152,7 @@ def query_prometheus(cluster) -> Scraped:
     """The DCGM series as the cluster's Prometheus last scraped them (`GET /api/v1/query`, an instant vector)."""
     url = f"{cluster.prometheus_url.rstrip('/')}/api/v1/query?{urlencode({'query': prometheus_query()})}"
     namespace = cluster.operator_namespace
-    return _read(cluster, url, lambda response: prometheus_samples(json.loads(response.data), namespace))
+    return _read(cluster, url, lambda r: prometheus_samples(json.loads(r.data), namespace), "Prometheus")
 
 
 def prometheus_samples(body: dict, operator_namespace: str) -> Scraped:
