@@ -13,11 +13,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from django.forms.models import model_to_dict
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleet.models import Cluster, Gpu, MigDevice
 from simulator.resources import PODS, SERVICES
+from tests.factories import ClusterFactory, UserFactory
 from tests.processes import wait_until
 from worker.drivers.base import DriverError
 from worker.inventory.cluster import scrape_metrics, sync_cluster_full
@@ -281,6 +283,22 @@ def test_the_prometheus_url_must_be_http(admin_api, db):
     assert response.status_code == 400 and "prometheus_url" in response.data["errors"]
     payload["prometheus_url"] = "http://prometheus.monitoring:9090"
     assert admin_api.post("/api/v1/clusters/", payload, format="json").status_code == 201
+
+
+def test_the_admin_form_takes_a_prometheus_url_and_refuses_other_schemes(client, db):
+    cluster = ClusterFactory(name="lab", kubeconfig_path="/k")
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    change = reverse("admin:fleet_cluster_change", args=[cluster.pk])
+    form = client.get(change).content.decode()
+    assert 'name="prometheus_url"' in form
+    data = {k: "" if v is None else v for k, v in model_to_dict(cluster).items() if k != "in_cluster"}
+    refused = client.post(change, {**data, "prometheus_url": "ftp://prom:9090"})
+    assert refused.status_code == 200 and "Enter a valid URL." in refused.content.decode()
+    cluster.refresh_from_db()
+    assert cluster.prometheus_url == ""
+    assert client.post(change, {**data, "prometheus_url": "https://prom.example:9090"}).status_code == 302
+    cluster.refresh_from_db()
+    assert cluster.prometheus_url == "https://prom.example:9090"
 
 
 def _free_port() -> int:
