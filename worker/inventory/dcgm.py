@@ -220,7 +220,7 @@ def gpu_observations(product_label: str, samples: dict[int, GpuSample]) -> tuple
     return tuple(gpus)
 
 
-def _memory(sample: GpuSample, *names: str) -> list[int]:
+def _memory(sample: GpuSample, *names: str) -> list[int | None]:
     """The GPU's own values of `names`, or the sums over its instances (None where no row carries one)."""
     rows = [i.values for i in sample.instances.values()] or [sample.values]
     return [sum(_int(r[n]) for r in rows if n in r) if any(n in r for r in rows) else None for n in names]
@@ -228,7 +228,7 @@ def _memory(sample: GpuSample, *names: str) -> list[int]:
 
 def _slice_utilisation(instance: InstanceSample) -> float | None:
     active = instance.values.get(GR_ENGINE_ACTIVE)
-    return None if active is None else _percent(active * 100)
+    return None if active is None else round(_percent(active * 100), 1)
 
 
 def _gpu_utilisation(sample: GpuSample, slices: list[tuple[float | None, int]]) -> float | None:
