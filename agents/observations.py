@@ -10,34 +10,17 @@ from django.utils import timezone
 
 from agent.protocol import AppliedState, GpuReport, Report
 from fleet.choices import ConfigState, SharingMode
+from fleet.health import gpu_health, xid_words
 from fleet.models import Gpu, Node
 from fleet.observations import GpuObservation, MigDeviceObservation, NodeObservation
-from fleet.services import gpu_health
 from sharing.mig import get_product
 from sharing.mig.catalog import UnknownProductError
 from sharing.render import GPU_RESOURCE, DevicePluginSpec, parse_device_plugin_config
 
-# What an admin does about an XID (nvidia-contracts.md §10).
-XID_ACTIONS = {
-    13: "graphics engine exception (kernel fault): check the workload",
-    31: "GPU memory page fault: check the workload's memory use",
-    43: "GPU stopped processing: reset the GPU",
-    45: "preemptive cleanup timed out: check the driver version",
-    48: "double-bit ECC error: replace the GPU",
-    61: "internal micro-controller breakpoint: reboot the node",
-    62: "internal micro-controller halt: replace the GPU",
-    63: "ECC page retirement: watch the trend",
-    64: "page retirement limit reached: replace the GPU",
-    74: "NVLink error: check the hardware links",
-    79: "GPU fell off the bus: check driver / BIOS, reseat",
-    94: "contained ECC error: watch",
-    95: "uncontained ECC error: replace the GPU",
-}
-
 
 def xid_message(xid: int) -> str:
     """The message of an XID event: what it is and what an admin does about it."""
-    return f"XID {xid}: {XID_ACTIONS.get(xid, 'not in the table of actionable XIDs; see NVIDIA XID catalogue')}"
+    return f"XID {xid}: {xid_words(xid)}"
 
 
 def _mig_resource(product: str, profile: str) -> str:

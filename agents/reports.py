@@ -26,9 +26,10 @@ from agents.statements import metric_rows, metrics_sql, prep, serving_change, wr
 from core.audit import Actor, audit_record
 from core.exceptions import ApplicationError
 from fleet.choices import ConfigState
+from fleet.health import gpu_health
 from fleet.models import Gpu, GpuEvent, Node
 from fleet.observations import NodeObservation
-from fleet.services import gpu_health, inventory_record
+from fleet.services import inventory_record
 from worker.models import NodeChange
 
 # What the database can hold of a GPU's metrics (the percent check, PositiveIntegerField, finite floats): a value

@@ -36,7 +36,8 @@ def parse_args(argv):
 def seed(nodes: int, gpus_per_node: int) -> None:
     """A fleet as a scrape meets it on a busy day: 2 Kubernetes clusters and an agent cluster (a third of the nodes,
     with credentials), 40 pools with schedules and compliance reports, 1 % of nodes in a troubled config state, 0.6 %
-    with an unhealthy GPU, 2,000 XID events, 5 rollouts with 1,000 node changes, 4 % of nodes drifted."""
+    with an unhealthy GPU, 2,000 XID events, 5 rollouts with 1,000 node changes, 4 % of nodes drifted. One flow of
+    bulk inserts, long because the fleet is; split, it would only pass the same ids around."""
     from django.utils import timezone
 
     from fleet.models import AgentCredential, Cluster, Gpu, GpuEvent, Node, NodePool

@@ -109,7 +109,8 @@ def metrics_record(cluster, sample_gpus: int) -> tuple[float, int, int, float]:
     """fleet.services.gpu_metrics_record (the fleet app's service) on the first `sample_gpus` scraped GPUs; its
     bulk_update costs milliseconds per GPU, so the whole fleet is extrapolated from the sample."""
     from fleet.services import gpu_metrics_record
-    from worker.inventory.dcgm import fetch_metrics, gpu_metrics
+    from worker.inventory.dcgm import gpu_metrics
+    from worker.inventory.exporters import fetch_metrics
 
     began = time.perf_counter()
     samples = gpu_metrics(fetch_metrics(cluster))

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from fleet import services
 from fleet.models import Cluster, NodePool
-from fleet.observations import GpuMetrics, GpuObservation, MigDeviceObservation, NodeObservation
+from fleet.observations import GpuMetrics, GpuObservation, MigDeviceMetrics, MigDeviceObservation, NodeObservation
 from sharing.mig import PRODUCTS, validate_layout
 
 
@@ -45,6 +45,12 @@ def _uuid(rng: random.Random, prefix: str) -> str:
     return f"{prefix}-{uuid.UUID(int=rng.getrandbits(128), version=4)}"
 
 
+def _gpu_instance_id(product, placement) -> int:
+    """The GPU instance id the driver gives a placement: the whole GPU 0, then the halves, quarters, eighths in
+    order (A100/H100: 1-2, 3-6, 7-13; A30: 1-2, 3-6)."""
+    return product.memory_slices // placement.size - 1 + placement.start // placement.size
+
+
 def _node_observation(rng: random.Random, pool: DemoPool, index: int) -> NodeObservation:
     product = PRODUCTS[pool.product]
     name = f"{pool.prefix}-{index:02d}"
@@ -57,6 +63,7 @@ def _node_observation(rng: random.Random, pool: DemoPool, index: int) -> NodeObs
                 start=p.start,
                 size=p.size,
                 uuid=_uuid(rng, "MIG"),
+                gpu_instance_id=_gpu_instance_id(product, p),
                 memory_mib=product.mig_profile(p.profile).memory_mib,
                 in_use_by=f"{rng.choice(WORKLOADS)}-{rng.randrange(16**5):05x}" if rng.random() < 0.6 else "",
             )
@@ -133,6 +140,18 @@ def _with_trouble(obs: NodeObservation, kind: str) -> NodeObservation:
     return replace(obs, ready=False)
 
 
+def _slice_metrics(gpu: GpuObservation) -> tuple[MigDeviceMetrics, ...]:
+    """Utilisation and memory of each MIG slice: busy where a pod holds it (a generator of the GPU's own, so the
+    rest of the demo draws what it drew before)."""
+    rng = random.Random(f"slices:{gpu.uuid}")
+    metrics = []
+    for device in gpu.mig_devices or ():
+        util = round(rng.uniform(50, 97) if device.in_use_by else rng.uniform(0, 4), 1)
+        fraction = rng.uniform(0.35, 0.9) if device.in_use_by else 0.005
+        metrics.append(MigDeviceMetrics(device.gpu_instance_id, util, int(device.memory_mib * fraction)))
+    return tuple(metrics)
+
+
 @transaction.atomic
 def seed_demo(*, seed: int = 7) -> dict:
     """Create (or refresh, idempotently) the demo fleet; returns counts for the command's output."""
@@ -174,16 +193,23 @@ def seed_demo(*, seed: int = 7) -> dict:
             util = round(rng.uniform(45, 98) if busy else rng.uniform(0, 12), 1)
             memory = PRODUCTS[gpu.product].memory_mib
             xid = unhealthy.get(n) if gpu.index == 0 else None
+            used = int(memory * min(0.97, util / 100 + rng.uniform(0, 0.2)))
+            slices = _slice_metrics(gpu)
+            if slices:  # as dcgm-exporter reports a MIG GPU: per slice; the GPU is their weighted mean and sum
+                sizes = {d.gpu_instance_id: d.size for d in gpu.mig_devices}
+                util = round(sum(s.utilization_pct * sizes[s.gpu_instance_id] for s in slices) / sum(sizes.values()), 1)
+                used = sum(s.memory_used_mib for s in slices)
             samples.append(
                 GpuMetrics(
                     uuid=gpu.uuid,
                     utilization_pct=util,
-                    memory_used_mib=int(memory * min(0.97, util / 100 + rng.uniform(0, 0.2))),
+                    memory_used_mib=used,
                     temperature_c=round(32 + util * 0.45 + rng.uniform(-3, 3), 1),
                     power_w=round(70 + util * 5.5, 1),
                     last_xid=xid,
                     ecc_dbe_total=1 if xid == 48 else 0,
                     ecc_sbe_total=rng.randrange(0, 3),
+                    mig_devices=slices,
                 )
             )
     services.gpu_metrics_record(samples=samples, now=now)

@@ -1,13 +1,17 @@
 """Fleet inventory: what exists and what it reported. Desired state lives in sharing/ and scheduling/."""
 
 from django.conf import settings
+from django.core.validators import URLValidator
 from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
 from fleet.choices import ClusterDriver, ClusterMigStrategy, ConfigState, ConnectionState, GpuHealth, SharingMode
+from fleet.health import health_words, missing_signals
 from fleet.querysets import ClusterQuerySet, GpuQuerySet, MigDeviceQuerySet, NodePoolQuerySet, NodeQuerySet
 from sharing.spec import catalog_product, mps_honours_fail_false
+
+HTTP_URL = URLValidator(schemes=["http", "https"], message="Enter an http:// or https:// URL.")
 
 
 class Cluster(models.Model):
@@ -20,7 +24,18 @@ class Cluster(models.Model):
     kubeconfig_path = models.CharField(max_length=500, blank=True)
     in_cluster = models.BooleanField(default=False, help_text="Use the service account of the pod Tessera runs in.")
     operator_namespace = models.CharField(max_length=63, default="gpu-operator")
-    metrics_url = models.URLField(blank=True, help_text="dcgm-exporter endpoint scraped for utilisation.")
+    metrics_url = models.URLField(
+        blank=True,
+        validators=[HTTP_URL],
+        help_text="One dcgm-exporter endpoint for the whole cluster. Empty: each node's exporter pod is scraped "
+        "through the API server's pod proxy.",
+    )
+    prometheus_url = models.URLField(
+        blank=True,
+        validators=[HTTP_URL],
+        help_text="A Prometheus server that scrapes this cluster's dcgm-exporter (e.g. http://prometheus.monitoring"
+        ":9090): the DCGM series are read with instant queries instead of scraping the exporters.",
+    )
     connection_state = models.CharField(max_length=10, choices=ConnectionState.choices, default=ConnectionState.NEVER)
     last_contact_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
@@ -179,6 +194,16 @@ class Gpu(models.Model):
     ecc_sbe_total = models.PositiveIntegerField(default=0)
     last_xid = models.PositiveIntegerField(null=True, blank=True)
     last_xid_at = models.DateTimeField(null=True, blank=True)
+    # Row remapping (Ampere and later, not while MIG is on); null: not exported (contracts §10).
+    row_remap_failure = models.BooleanField(null=True, blank=True)
+    row_remap_pending = models.BooleanField(null=True, blank=True)
+    uncorrectable_remapped_rows = models.PositiveIntegerField(null=True, blank=True)
+    correctable_remapped_rows = models.PositiveIntegerField(null=True, blank=True)
+    health_signals = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The dcgm-exporter health counters the last scrape carried for this GPU; null: not scraped.",
+    )
     utilization_pct = models.FloatField(null=True, blank=True)
     memory_used_mib = models.PositiveIntegerField(null=True, blank=True)
     temperature_c = models.FloatField(null=True, blank=True)
@@ -228,6 +253,21 @@ class Gpu(models.Model):
         time-slicing, MPS), never split."""
         return catalog_product(self.product) is not None
 
+    @property
+    def health_words(self) -> str:
+        """Why the GPU is in its health state and what to do (fleet.health)."""
+        return health_words(
+            last_xid=self.last_xid,
+            ecc_dbe_total=self.ecc_dbe_total,
+            row_remap_failure=self.row_remap_failure,
+            row_remap_pending=self.row_remap_pending,
+        )
+
+    @property
+    def missing_health_signals(self) -> list[dict]:
+        """Health counters dcgm-exporter does not export for this GPU, with the CSV lines that would enable them."""
+        return missing_signals(self.health_signals, mig_enabled=self.mig_enabled)
+
 
 class MigDevice(models.Model):
     """A MIG slice as observed on a GPU: profile, placement in memory slices, and who uses it."""
@@ -241,6 +281,10 @@ class MigDevice(models.Model):
     compute_instance_id = models.PositiveSmallIntegerField(null=True, blank=True)
     memory_mib = models.PositiveIntegerField(default=0)
     in_use_by = models.CharField(max_length=300, blank=True, help_text="Pod (namespace/name) or process using it.")
+    utilization_pct = models.FloatField(
+        null=True, blank=True, help_text="Graphics engine activity of the slice (DCGM_FI_PROF_GR_ENGINE_ACTIVE), in %."
+    )
+    memory_used_mib = models.PositiveIntegerField(null=True, blank=True)
 
     objects = MigDeviceQuerySet.as_manager()
 
@@ -250,10 +294,20 @@ class MigDevice(models.Model):
             models.UniqueConstraint(fields=["gpu", "start"], name="%(app_label)s_%(class)s_unique_start_per_gpu"),
             models.UniqueConstraint(fields=["uuid"], condition=~Q(uuid=""), name="%(app_label)s_%(class)s_unique_uuid"),
             models.CheckConstraint(condition=Q(size__gte=1, size__lte=8), name="%(app_label)s_%(class)s_size_in_range"),
+            models.CheckConstraint(
+                condition=Q(utilization_pct__isnull=True) | Q(utilization_pct__gte=0, utilization_pct__lte=100),
+                name="%(app_label)s_%(class)s_utilization_is_percent",
+            ),
         ]
 
     def __str__(self):
         return f"{self.gpu}/{self.profile}@{self.start}"
+
+    @property
+    def memory_used_pct(self) -> float | None:
+        if self.memory_used_mib is None or not self.memory_mib:
+            return None
+        return round(100 * self.memory_used_mib / self.memory_mib, 1)
 
 
 class Pod(models.Model):

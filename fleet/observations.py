@@ -57,8 +57,18 @@ class NodeObservation:
 
 
 @dataclass(frozen=True)
+class MigDeviceMetrics:
+    """One MIG device's utilisation and memory in use, joined by its GPU instance id within its GPU."""
+
+    gpu_instance_id: int
+    utilization_pct: float | None = None
+    memory_used_mib: int | None = None
+
+
+@dataclass(frozen=True)
 class GpuMetrics:
-    """One utilisation/health sample of a GPU, joined by UUID (dcgm-exporter or the agent)."""
+    """One utilisation/health sample of a GPU, joined by UUID (dcgm-exporter or the agent). None: not in this
+    sample (the stored value stays)."""
 
     uuid: str
     utilization_pct: float | None = None
@@ -68,6 +78,13 @@ class GpuMetrics:
     last_xid: int | None = None
     ecc_dbe_total: int | None = None
     ecc_sbe_total: int | None = None
+    row_remap_failure: bool | None = None
+    row_remap_pending: bool | None = None
+    uncorrectable_remapped_rows: int | None = None
+    correctable_remapped_rows: int | None = None
+    # The dcgm-exporter health counters this sample carried (fleet.health.HEALTH_SIGNALS); None: not said.
+    health_signals: tuple[str, ...] | None = None
+    mig_devices: tuple[MigDeviceMetrics, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -338,6 +338,9 @@ class MigBlock:
     gi: int | None = None
     ci: int | None = None
     lines: tuple[str, ...] = ()
+    utilization_pct: float | None = None
+    memory_used_mib: int | None = None
+    memory_mib: int = 0
 
     @property
     def end(self) -> int:
@@ -346,6 +349,21 @@ class MigBlock:
     @property
     def centre(self) -> float:
         return self.x + self.width / 2
+
+    @property
+    def memory_used_gib(self) -> float | None:
+        return None if self.memory_used_mib is None else self.memory_used_mib / 1024
+
+    @property
+    def memory_used_pct(self) -> float | None:
+        if self.memory_used_mib is None or not self.memory_mib:
+            return None
+        return round(100 * self.memory_used_mib / self.memory_mib, 1)
+
+    @property
+    def utilization_bar(self) -> float:
+        """Width of the utilisation bar drawn along the block's foot (the block less a margin each side)."""
+        return round((self.width - 12) * (self.utilization_pct or 0) / 100, 1)
 
 
 @dataclass
@@ -363,6 +381,11 @@ class MigLayout:
     def any_in_use(self) -> bool:
         """Whether the "in use" marker appears (never on a planned layout), so the legend only explains what shows."""
         return any(b.in_use_by for b in self.blocks)
+
+    @property
+    def any_metrics(self) -> bool:
+        """Whether any slice shows a utilisation bar (observed MIG devices that dcgm-exporter reported)."""
+        return any(b.utilization_pct is not None for b in self.blocks)
 
     @property
     def axis(self) -> list[dict]:
@@ -401,6 +424,9 @@ def mig_layout(gpu: Gpu, mig_devices) -> MigLayout:
                 gi=device.gpu_instance_id,
                 ci=device.compute_instance_id,
                 lines=lines,
+                utilization_pct=getattr(device, "utilization_pct", None),
+                memory_used_mib=getattr(device, "memory_used_mib", None),
+                memory_mib=getattr(device, "memory_mib", 0),
             )
         )
     free = [{"index": i, "x": i * SLICE_WIDTH} for i in range(slices) if i not in used]

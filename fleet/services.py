@@ -10,6 +10,7 @@ from django.utils import timezone
 from core.exceptions import ApplicationError
 from fleet import enqueue
 from fleet.choices import ClusterMigStrategy, ConnectionState
+from fleet.health import gpu_health
 from fleet.labels import parse_selector, selector_matches
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool, Pod
 from fleet.observations import GpuMetrics, MigDeviceObservation, NodeObservation, PodObservation
@@ -45,9 +46,6 @@ GPU_FIELDS = (
 )
 MIG_FIELDS = tuple(f.name for f in fields(MigDeviceObservation))
 
-# XIDs after which a GPU needs a reset or replacement (nvidia-contracts.md §10); 13/31/45 point at the workload.
-CRITICAL_XIDS = frozenset({43, 48, 61, 62, 64, 74, 79, 95})
-
 
 def _chunks(items: Sequence, size: int = CHUNK):
     for i in range(0, len(items), size):
@@ -65,6 +63,7 @@ CLUSTER_EDITABLE = (
     "in_cluster",
     "operator_namespace",
     "metrics_url",
+    "prometheus_url",
 )
 POOL_EDITABLE = ("name", "description", "node_selector")
 
@@ -396,18 +395,10 @@ def _record_mig_devices(reports: list[tuple[Gpu, tuple[MigDeviceObservation, ...
     return len(replace_ids)
 
 
-def gpu_health(*, last_xid: int | None, ecc_dbe_total: int) -> str:
-    """Unhealthy after a critical XID or any uncorrectable ECC error; degraded after a workload XID."""
-    if ecc_dbe_total > 0 or (last_xid is not None and last_xid in CRITICAL_XIDS):
-        return "unhealthy"
-    if last_xid:
-        return "degraded"
-    return "healthy"
-
-
 @transaction.atomic
 def gpu_metrics_record(*, samples: Sequence[GpuMetrics], now=None) -> int:
-    """Store the latest utilisation and health sample per GPU (joined by UUID); returns GPUs updated.
+    """Store the latest utilisation and health sample per GPU (joined by UUID), and its MIG devices' utilisation and
+    memory (joined by GPU instance id); returns GPUs updated.
 
     One executemany of a plain UPDATE per sample: Django's bulk_update builds CASE expressions that cost ~2 ms a
     GPU, far too slow for a 70,000-GPU scrape every 30 s (bench b_sync).
@@ -419,28 +410,54 @@ def gpu_metrics_record(*, samples: Sequence[GpuMetrics], now=None) -> int:
         rows.extend(
             Gpu.objects.filter(uuid__in=chunk).values_list("pk", "uuid", "last_xid", "last_xid_at", *METRIC_FIELDS)
         )
-    params = []
+    params, slices = [], []
     for pk, uuid, last_xid, last_xid_at, *current in rows:
         s = by_uuid[uuid]
-        values = [
-            new if (new := getattr(s, f)) is not None else old for f, old in zip(METRIC_FIELDS, current, strict=True)
-        ]
+        values = dict(zip(METRIC_FIELDS, current, strict=True))
+        values.update((f, new) for f in METRIC_FIELDS if (new := getattr(s, f)) is not None)
         if s.last_xid is not None and s.last_xid != last_xid:
             last_xid, last_xid_at = (s.last_xid or None), (now if s.last_xid else last_xid_at)
-        dbe = values[METRIC_FIELDS.index("ecc_dbe_total")]
-        health = gpu_health(last_xid=last_xid, ecc_dbe_total=dbe)
-        params.append([*values, last_xid, last_xid_at, health, now, pk])
+        health = gpu_health(
+            last_xid=last_xid,
+            ecc_dbe_total=values["ecc_dbe_total"],
+            row_remap_failure=values["row_remap_failure"],
+            row_remap_pending=values["row_remap_pending"],
+        )
+        values["health_signals"] = _HEALTH_SIGNALS_FIELD.get_db_prep_save(values["health_signals"], connection)
+        params.append([*values.values(), last_xid, last_xid_at, health, now, pk])
+        slices.extend([d.utilization_pct, d.memory_used_mib, pk, d.gpu_instance_id] for d in s.mig_devices)
     columns = [*METRIC_FIELDS, "last_xid", "last_xid_at", "health", "metrics_at"]
-    sql = "UPDATE {} SET {} WHERE id = %s".format(
-        connection.ops.quote_name(Gpu._meta.db_table),
-        ", ".join(f"{connection.ops.quote_name(c)} = %s" for c in columns),
-    )
     with connection.cursor() as cursor:
-        cursor.executemany(sql, [_adapt_datetimes(p) for p in params])
+        cursor.executemany(_update_sql(Gpu, columns, ["id"]), [_adapt_datetimes(p) for p in params])
+        if slices:
+            mig_sql = _update_sql(MigDevice, ["utilization_pct", "memory_used_mib"], ["gpu_id", "gpu_instance_id"])
+            cursor.executemany(mig_sql, slices)
     return len(params)
 
 
-METRIC_FIELDS = ("utilization_pct", "memory_used_mib", "temperature_c", "power_w", "ecc_dbe_total", "ecc_sbe_total")
+METRIC_FIELDS = (
+    "utilization_pct",
+    "memory_used_mib",
+    "temperature_c",
+    "power_w",
+    "ecc_dbe_total",
+    "ecc_sbe_total",
+    "row_remap_failure",
+    "row_remap_pending",
+    "uncorrectable_remapped_rows",
+    "correctable_remapped_rows",
+    "health_signals",
+)
+_HEALTH_SIGNALS_FIELD = Gpu._meta.get_field("health_signals")
+
+
+def _update_sql(model, columns: Sequence[str], keys: Sequence[str]) -> str:
+    quote = connection.ops.quote_name
+    return "UPDATE {} SET {} WHERE {}".format(
+        quote(model._meta.db_table),
+        ", ".join(f"{quote(c)} = %s" for c in columns),
+        " AND ".join(f"{quote(k)} = %s" for k in keys),
+    )
 
 
 def _adapt_datetimes(row: list) -> list:

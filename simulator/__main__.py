@@ -126,6 +126,20 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         default=10000,
         help="changes kept for watches; a watch from an older resourceVersion gets 410 Gone (default %(default)s)",
     )
+    parser.add_argument(
+        "--dcgm-host-label",
+        choices=("hostname", "Hostname"),
+        default="hostname",
+        help="dcgm-exporter's host label (Hostname: releases before the rename; default %(default)s)",
+    )
+    parser.add_argument(
+        "--dcgm-counter",
+        action="append",
+        default=[],
+        metavar="FIELD",
+        help="a counter the operator's CSV leaves out, enabled as a custom CSV would (repeatable), e.g. "
+        "DCGM_FI_DEV_ROW_REMAP_PENDING or DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    )
     parser.add_argument("--log-requests", action="store_true", help="print one line per HTTP request to stderr")
 
 
@@ -151,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         mig_config_source=args.mig_config_source,
         watch_history=args.watch_history,
         log_requests=args.log_requests,
+        dcgm_host_label=args.dcgm_host_label,
+        dcgm_counters=args.dcgm_counter,
         faults={
             "watch_drop_after_events": args.watch_drop_after_events,
             "watch_drop_after_seconds": args.watch_drop_after_seconds,

@@ -27,12 +27,13 @@ from simulator.resources import (
     NAMESPACES,
     NODES,
     PODS,
+    SERVICES,
     VALIDATING_ADMISSION_POLICIES,
     VALIDATING_ADMISSION_POLICY_BINDINGS,
 )
 from simulator.server import ApiServer
 from simulator.store import Store
-from simulator.workload import OPERATOR_NAMESPACE, WORKLOAD_NAMESPACES, DaemonSets, Workload
+from simulator.workload import EXPORTER, OPERATOR_NAMESPACE, WORKLOAD_NAMESPACES, DaemonSets, Workload, exporter_service
 
 NAMESPACE_NAMES = ("default", "kube-system", "kube-public", OPERATOR_NAMESPACE, *WORKLOAD_NAMESPACES)
 
@@ -60,6 +61,10 @@ class SimulatorConfig:
     watch_history: int = 10000
     log_requests: bool = False
     faults: dict = field(default_factory=dict)  # any other knob, as in `POST /_sim/faults`
+    # dcgm-exporter: its host label (`hostname`; `Hostname` before the rename, contracts §10) and the counters a
+    # custom CSV enables beyond the operator's default (e.g. DCGM_FI_DEV_ROW_REMAP_PENDING).
+    dcgm_host_label: str = "hostname"
+    dcgm_counters: list[str] = field(default_factory=list)
 
 
 class Simulator:
@@ -74,6 +79,12 @@ class Simulator:
             raise ValueError(f"mig strategy must be none, single or mixed, not {cfg.mig_strategy!r}")
         if cfg.mig_config_source not in ("generated", "static"):
             raise ValueError(f"mig config source must be generated or static, not {cfg.mig_config_source!r}")
+        if cfg.dcgm_host_label not in ("hostname", "Hostname"):
+            raise ValueError(f"dcgm-exporter's host label is hostname or Hostname, not {cfg.dcgm_host_label!r}")
+        unknown = set(cfg.dcgm_counters) - metrics.OPTIONAL_COUNTERS
+        if unknown:
+            raise ValueError(f"unknown dcgm counters {sorted(unknown)}; optional: {sorted(metrics.OPTIONAL_COUNTERS)}")
+        self.dcgm_counters = metrics.DEFAULT_COUNTERS | set(cfg.dcgm_counters)
         self.token = cfg.token or secrets.token_urlsafe(24)
         self.faults = Faults(
             latency_ms=float(cfg.latency_ms),
@@ -211,6 +222,7 @@ class Simulator:
         store.load(NODES, list(node_objects.values()))
         mig_nodes = sum(1 for node in self.nodes.values() if node.product.mig_capable)
         store.load(DAEMONSETS, self.daemonsets.objects(len(self.nodes), mig_nodes))
+        store.load(SERVICES, [exporter_service()])
         store.load(
             PODS,
             [
@@ -343,7 +355,8 @@ class Simulator:
         return self.workload.remove(count)
 
     def metrics_text(self, node: str | None = None) -> str:
-        """dcgm-exporter output for one node or all nodes whose exporter pod is running."""
+        """dcgm-exporter output for one node or all nodes whose exporter pod is running (as a central endpoint that
+        gathers every exporter would serve it)."""
         names = [node] if node else list(self.nodes)
         strategy = self.store.find(CLUSTER_POLICIES, "", "cluster-policy")["spec"]["mig"]["strategy"]
         now = time.time()
@@ -351,11 +364,29 @@ class Simulator:
         for name in names:
             sim_node = self._require_node(name)
             pods = self.store.indexed(PODS, name)
-            if not sim_node.ready or self.daemonsets.pod_on("nvidia-dcgm-exporter", name) is None:
+            if not sim_node.ready or self.daemonsets.pod_on(EXPORTER, name) is None:
                 continue  # no exporter is running there (NotReady, or paused for a MIG change)
             xid = {gpu.index: self.faults.injected_xid(name, gpu.index) for gpu in sim_node.gpus}
-            samples += metrics.node_samples(sim_node, pods, strategy, self.config.seed, now, xid)
-        return "".join(metrics.render(samples))
+            samples += metrics.node_samples(
+                sim_node, pods, strategy, self.config.seed, now, xid, self.config.dcgm_host_label
+            )
+        return "".join(metrics.render(samples, self.dcgm_counters))
+
+    def exporter_metrics(self, namespace: str, pod_name: str, port: str) -> str:
+        """What `GET /api/v1/namespaces/<ns>/pods/<pod>:<port>/proxy/metrics` answers: the exporter pod's own node,
+        or 503 as kube-apiserver says when nothing listens at the pod's address and port."""
+        pod = self.store.get(PODS, namespace, pod_name).obj
+        node = pod["spec"].get("nodeName", "")
+        ip = pod["status"].get("podIP", "")
+        owners = pod["metadata"].get("ownerReferences") or [{}]
+        listening = owners[0].get("name") == EXPORTER and port == "9400"  # the exporter's pods, however labelled
+        if not listening or not self._require_node(node).ready:
+            raise ApiError(
+                503,
+                "ServiceUnavailable",
+                f"error trying to reach service: dial tcp {ip}:{port}: connect: connection refused",
+            )
+        return self.metrics_text(node)
 
     def state(self, node: str | None = None) -> dict:
         if node:

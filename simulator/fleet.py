@@ -62,6 +62,12 @@ class Gpu:
     xid: int = 0  # last XID error (dcgm-exporter DCGM_FI_DEV_XID_ERRORS)
     ecc_dbe: int = 0
     ecc_sbe: int = 0
+    # Row remapping (Ampere and later): rows remapped after uncorrectable / correctable errors, a remap waiting for
+    # a reset, a remap that failed.
+    remapped_uncorrectable: int = 0
+    remapped_correctable: int = 0
+    remap_pending: bool = False
+    remap_failure: bool = False
 
 
 @dataclass
@@ -161,6 +167,9 @@ def generate_node(seed: int, index: int) -> SimNode:
             sick.xid = 79
         else:
             sick.xid, sick.ecc_dbe, sick.ecc_sbe = 48, rng.randint(1, 4), rng.randint(10, 500)
+            # On Ampere and later an uncorrectable error remaps its row, which takes effect at the next reset.
+            sick.remapped_uncorrectable, sick.remap_pending = sick.ecc_dbe, True
+    _wear(seed, index, gpus)
     driver, cuda = _DRIVERS[2] if product.architecture == "blackwell" else rng.choice(_DRIVERS)
     big = gpu_count == 8
     host, subnet = (index + 1) % 250 + 2, (index + 1) // 250
@@ -189,6 +198,18 @@ def generate_node(seed: int, index: int) -> SimNode:
         initial_plugin_config=plugin_config,
         kubelet=kubelet_settings(seed, index),
     )
+
+
+def _wear(seed: int, index: int, gpus: list[Gpu]) -> None:
+    """Rows remapped after correctable errors on a few GPUs, and now and then a remap that failed (XID 64); drawn
+    from a generator of their own so every other draw of the node stays what it was."""
+    rng = random.Random(f"{seed}:wear:{index}")
+    for gpu in gpus:
+        if rng.random() < 0.02:
+            gpu.remapped_correctable = rng.randint(1, 6)
+    if rng.random() < 0.002:
+        failed = rng.choice(gpus)
+        failed.remap_failure, failed.xid = True, failed.xid or 64
 
 
 def instance_type(node: SimNode) -> str:

@@ -93,6 +93,7 @@ EVENTS = ResourceType(
         "source",
     },
 )
+SERVICES = ResourceType("services", "service", "Service", "", "v1", True, _READ, ("svc",), _META_FIELDS)
 DAEMONSETS = ResourceType("daemonsets", "daemonset", "DaemonSet", "apps", "v1", True, _READ, ("ds",), _META_FIELDS)
 # policy/v1 must list a resource, or discovery (`kubectl api-resources`) reports the group version as broken. Served
 # read-only and empty: evictions here never consult a budget.
@@ -133,6 +134,7 @@ ALL = (
     CONFIGMAPS,
     NAMESPACES,
     EVENTS,
+    SERVICES,
     DAEMONSETS,
     POD_DISRUPTION_BUDGETS,
     CLUSTER_POLICIES,
@@ -156,6 +158,7 @@ _SUBRESOURCES = {
             "verbs": ["create"],
         },
         {"name": "nodes/proxy", "singularName": "", "namespaced": False, "kind": "NodeProxyOptions", "verbs": ["get"]},
+        {"name": "pods/proxy", "singularName": "", "namespaced": True, "kind": "PodProxyOptions", "verbs": ["get"]},
     ]
 }
 GROUPS = (("apps", "v1"), ("policy", "v1"), ("nvidia.com", "v1"), (ADMISSION_GROUP, "v1"))

@@ -38,7 +38,6 @@ _VERSION = {
 # status is a subresource: the main endpoint ignores it
 _STATUS_KEPT = {"nodes": ("status",), "pods": ("status",), "validatingadmissionpolicies": ("status",)}
 _DEFAULT_WATCH_SECONDS = 1800
-_DCGM_PORT = "9400"
 _KUBELET_PORT = "10250"
 
 
@@ -363,15 +362,21 @@ class Handler(BaseHTTPRequestHandler):
             if port in ("", _KUBELET_PORT) and sub[1:] == ["configz"]:
                 self._send_json(200, sim.kubelet_configz(node))
                 return
-            if port != _DCGM_PORT or sub[1:] != ["metrics"]:
-                raise ApiError(
-                    503,
-                    "ServiceUnavailable",
-                    f"no endpoint at {name}/{'/'.join(sub[1:])}: only the kubelet's /configz and dcgm-exporter "
-                    "(:9400/metrics) are simulated",
-                )
+            # Nothing else listens on a node: dcgm-exporter has no hostPort (contracts §10), so :9400 is refused.
+            address = sim.nodes[node].internal_ip if node in sim.nodes else node
             sim.store.get(NODES, "", node)
-            self._send_metrics(node)
+            raise ApiError(
+                503,
+                "ServiceUnavailable",
+                f"error trying to reach service: dial tcp {address}:{port or _KUBELET_PORT}: connect: "
+                "connection refused",
+            )
+        if resource is PODS and sub[0] == "proxy" and method == "GET":
+            pod, port = _proxy_target(name)
+            if sub[1:] != ["metrics"]:
+                raise ApiError(503, "ServiceUnavailable", f"no endpoint at {name}/{'/'.join(sub[1:])}")
+            text = sim.exporter_metrics(namespace, pod, port)
+            self._send(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
             return
         raise ApiError.path_not_found(f"/{resource.plural}/{name}/{'/'.join(sub)}")
 
@@ -489,3 +494,13 @@ def _node_from_field_selector(resource: ResourceType, selector: str | None) -> s
         if field.strip() == "spec.nodeName":
             return value.lstrip("=").strip()
     return None
+
+
+def _proxy_target(name: str) -> tuple[str, str]:
+    """The pod and port of a proxy path's `[scheme:]name[:port]`, as kube-apiserver splits it."""
+    parts = name.split(":")
+    if len(parts) == 3:
+        return parts[1], parts[2]
+    if len(parts) == 2:
+        return parts[0], parts[1]
+    return name, ""

@@ -49,7 +49,10 @@ DAEMONSET_SPECS = (
         "nvcr.io/nvidia/k8s-device-plugin:v0.20.0",
     ),
     DaemonSetSpec(
-        "nvidia-dcgm-exporter", "dcgm-exporter", ("nvidia-dcgm-exporter",), "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3"
+        "nvidia-dcgm-exporter",
+        "dcgm-exporter",
+        ("nvidia-dcgm-exporter",),
+        "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless",
     ),
     DaemonSetSpec(
         "nvidia-mig-manager",
@@ -59,6 +62,38 @@ DAEMONSET_SPECS = (
     ),
 )
 DAEMONSET_BY_APP = {spec.name: spec for spec in DAEMONSET_SPECS}
+EXPORTER = "nvidia-dcgm-exporter"
+# The exporter's container as the operator's DaemonSet declares it: port `metrics` 9400, no hostPort, and the host
+# label taken from NODE_NAME (contracts §10).
+_EXPORTER_CONTAINER = {
+    "ports": [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}],
+    "env": [
+        {"name": "DCGM_EXPORTER_LISTEN", "value": ":9400"},
+        {"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
+        {"name": "DCGM_EXPORTER_COLLECTORS", "value": "/etc/dcgm-exporter/dcp-metrics-included.csv"},
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}}},
+    ],
+}
+
+
+def exporter_service() -> dict:
+    """The Service the operator puts in front of the exporter pods (port `gpu-metrics` 9400)."""
+    return {
+        "metadata": {
+            "name": EXPORTER,
+            "namespace": OPERATOR_NAMESPACE,
+            "labels": {"app": EXPORTER},
+            "annotations": {"prometheus.io/scrape": "true"},
+            "creationTimestamp": now_timestamp(),
+        },
+        "spec": {
+            "selector": {"app": EXPORTER},
+            "ports": [{"name": "gpu-metrics", "port": 9400, "targetPort": 9400, "protocol": "TCP"}],
+            "type": "ClusterIP",
+            "clusterIP": "10.96.94.0",
+            "internalTrafficPolicy": "Cluster",
+        },
+    }
 
 
 @functools.lru_cache(maxsize=64)
@@ -269,11 +304,18 @@ class DaemonSets:
                 break
         ds = self._store.find(DAEMONSETS, OPERATOR_NAMESPACE, spec.name)
         host_ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
+        extra = {}
+        if spec.name == EXPORTER:  # on the pod network: no hostNetwork, no hostPort
+            extra = _EXPORTER_CONTAINER
+            digest = hashlib.sha256(name.encode()).digest()
+            pod_ip = f"10.244.{digest[0]}.{digest[1] % 253 + 2}"
+        else:
+            pod_ip = host_ip
         return pod_object(
             name=name,
             namespace=OPERATOR_NAMESPACE,
             node=node_name,
-            containers=[{"name": c, "image": spec.image} for c in spec.containers],
+            containers=[{"name": c, "image": spec.image, **extra} for c in spec.containers],
             labels={"app": spec.name, "controller-revision-hash": spec.revision},
             owner={
                 "apiVersion": "apps/v1",
@@ -286,7 +328,7 @@ class DaemonSets:
             priority_class="system-node-critical",
             priority=2000001000,
             host_ip=host_ip,
-            pod_ip=host_ip,
+            pod_ip=pod_ip,
             tolerations=DAEMONSET_TOLERATIONS,
         )
 
@@ -295,11 +337,13 @@ class DaemonSets:
         return [spec for spec in DAEMONSET_SPECS if labels.get(DEPLOY_PREFIX + spec.component) == "true"]
 
     def pod_on(self, app: str, node: str) -> dict | None:
+        """The pod of DaemonSet `app` on the node (by its owner: labels may be edited behind the operator's back)."""
         return next(
             (
                 pod
                 for pod in self._store.indexed(PODS, node)
-                if pod["metadata"]["namespace"] == OPERATOR_NAMESPACE and pod["metadata"]["labels"].get("app") == app
+                if pod["metadata"]["namespace"] == OPERATOR_NAMESPACE
+                and (pod["metadata"].get("ownerReferences") or [{}])[0].get("name") == app
             ),
             None,
         )

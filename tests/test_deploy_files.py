@@ -60,5 +60,7 @@ def test_rbac_grants_what_the_kubernetes_driver_does():
         ("configmaps", "update"),
         ("clusterpolicies", "patch"),
         ("nodes/proxy", "get"),
+        ("pods/proxy", "get"),
+        ("services", "list"),
     ]:
         assert allowed(resource, verb), (resource, verb)

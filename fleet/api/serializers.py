@@ -13,6 +13,7 @@ from rest_framework.reverse import reverse
 from agent import protocol
 from core.api.fields import RefField, ref
 from fleet.api.protocol import protocol_serializer
+from fleet.health import health_words
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
 from fleet.querysets import is_stale
 from fleet.services import NODE_FIELDS
@@ -35,6 +36,11 @@ GPU_COLUMNS = (
     "ecc_sbe_total",
     "last_xid",
     "last_xid_at",
+    "row_remap_failure",
+    "row_remap_pending",
+    "uncorrectable_remapped_rows",
+    "correctable_remapped_rows",
+    "health_signals",
     "utilization_pct",
     "memory_used_mib",
     "temperature_c",
@@ -42,7 +48,10 @@ GPU_COLUMNS = (
     "metrics_at",
     "gone_at",
 )
-GPU_MIG_DEVICE_COLUMNS = ("id", "profile", "start", "size", "uuid", "in_use_by")
+GPU_MIG_DEVICE_COLUMNS = ("id", "profile", "start", "size", "uuid", "in_use_by", "utilization_pct", "memory_used_mib")
+_HEALTH_DETAIL_HELP = (
+    "Why the GPU is in its health state and what to do (e.g. 'XID 79: fallen off the bus: …'); empty when healthy."
+)
 
 
 class ClusterSerializer(serializers.ModelSerializer):
@@ -65,6 +74,7 @@ class ClusterSerializer(serializers.ModelSerializer):
             "in_cluster",
             "operator_namespace",
             "metrics_url",
+            "prometheus_url",
             "connection_state",
             "last_contact_at",
             "last_error",
@@ -220,11 +230,12 @@ class GpuSerializer(serializers.ModelSerializer):
     cluster = RefField("cluster-detail", source="node.cluster", read_only=True)
     pool = RefField("nodepool-detail", source="node.pool", read_only=True, allow_null=True)
     settings = GpuSettingsSerializer(read_only=True, allow_null=True)
+    health_detail = serializers.CharField(source="health_words", read_only=True, help_text=_HEALTH_DETAIL_HELP)
     mig_devices = GpuMigDeviceSerializer(many=True, read_only=True)
 
     class Meta:
         model = Gpu
-        fields = ["id", "url", "node", "cluster", "pool", *GPU_COLUMNS, "mig_devices"]
+        fields = ["id", "url", "node", "cluster", "pool", *GPU_COLUMNS, "health_detail", "mig_devices"]
 
 
 class MigDeviceSerializer(serializers.ModelSerializer):
@@ -248,6 +259,8 @@ class MigDeviceSerializer(serializers.ModelSerializer):
             "compute_instance_id",
             "memory_mib",
             "in_use_by",
+            "utilization_pct",
+            "memory_used_mib",
         ]
 
 
@@ -255,6 +268,7 @@ class MigDeviceSerializer(serializers.ModelSerializer):
 # DRF's per-field path over model instances costs several times the raw query for a page of 500 GPUs (bench B1),
 # so the list reads plain rows and builds GpuSerializer's exact shape here; a test holds the two equal.
 
+_HEALTH_INPUTS = ("last_xid", "ecc_dbe_total", "row_remap_failure", "row_remap_pending")
 _DATETIME_COLUMNS = tuple(c for c in GPU_COLUMNS if isinstance(Gpu._meta.get_field(c), models.DateTimeField))
 _LINKS = ("id", "node_id", "node__name", "node__cluster_id", "node__cluster__name", "node__pool_id", "node__pool__name")
 
@@ -289,5 +303,6 @@ def gpu_list_items(ids, *, request) -> list[dict]:
         for column in _DATETIME_COLUMNS:
             if item[column] is not None:
                 item[column] = as_datetime(item[column])
+        item["health_detail"] = health_words(**{f: item[f] for f in _HEALTH_INPUTS})
         item["mig_devices"] = mig_devices[gpu_id]
     return [items[gpu_id] for gpu_id in ids]

@@ -451,7 +451,7 @@ def test_xid_and_ecc_events_are_recorded_once(node_a):
     client.post(REPORT, _report(backend, xids=[xid]).to_dict(), format="json")  # the agent re-sent it
     stored = Gpu.objects.get(uuid=gpu.uuid)
     (event,) = gpu_events(stored)
-    assert (event.kind, event.code) == ("xid", 79) and "fell off the bus" in event.message
+    assert (event.kind, event.code) == ("xid", 79) and "fallen off the bus" in event.message
     assert stored.last_xid == 79 and stored.health == "unhealthy"
     backend.sim.add_ecc_errors(1, uncorrected=2)
     client.post(REPORT, _report(backend).to_dict(), format="json")

@@ -445,6 +445,8 @@ def test_gpu_list_item_is_exactly_the_detail(viewer_api, fleet):
             "size": 4,
             "uuid": "MIG-0",
             "in_use_by": "ml/train-0",
+            "utilization_pct": None,
+            "memory_used_mib": None,
         },
         {
             "id": detail["mig_devices"][1]["id"],
@@ -453,6 +455,8 @@ def test_gpu_list_item_is_exactly_the_detail(viewer_api, fleet):
             "size": 1,
             "uuid": "MIG-1",
             "in_use_by": "",
+            "utilization_pct": None,
+            "memory_used_mib": None,
         },
     ]
 

@@ -16,6 +16,11 @@ def test_seed_demo_is_realistic_and_idempotent():
     assert Node.objects.stale().count() == 3
     assert Gpu.objects.unhealthy().exists()
     assert Node.objects.filter(config_state="failed").exists()
+    # MIG GPUs show what dcgm-exporter reports for them: each slice, and the GPU as their sum.
+    gpu = Gpu.objects.filter(mig_enabled=True, metrics_at__isnull=False).first()
+    slices = list(gpu.mig_devices.all())
+    assert all(s.utilization_pct is not None for s in slices)
+    assert gpu.memory_used_mib == sum(s.memory_used_mib for s in slices)
 
     before = (Node.objects.count(), Gpu.objects.count(), MigDevice.objects.count())
     seed_demo()

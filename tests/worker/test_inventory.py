@@ -19,7 +19,7 @@ from tests.factories import NodePoolFactory
 from tests.processes import wait_until
 from worker.drivers import driver_for
 from worker.inventory.cluster import cluster_health, scrape_metrics, sync_cluster_full
-from worker.inventory.dcgm import _WANTED_METRICS, fetch_metrics, mig_devices, parse_dcgm
+from worker.inventory.dcgm import WANTED_METRICS, InstanceSample, mig_devices, parse_dcgm
 from worker.inventory.pods import pod_observation, sync_pods
 from worker.inventory.watch import ClusterWatcher
 from worker.locks import ClusterLock
@@ -121,11 +121,15 @@ def test_mig_placements_fall_back_to_the_catalog_when_instance_ids_do_not_fit():
     from sharing.mig import get_product
 
     h100 = get_product("NVIDIA-H100-80GB-HBM3")
-    by_id = mig_devices(h100, [("3g.40gb", 2, ""), ("1g.10gb", 7, "a/b"), ("2g.20gb", 4, "")])
+
+    def instances(*rows):
+        return [InstanceSample(profile, gi_id, user) for profile, gi_id, user in rows]
+
+    by_id = mig_devices(h100, instances(("3g.40gb", 2, ""), ("1g.10gb", 7, "a/b"), ("2g.20gb", 4, "")))
     assert [(d.profile, d.start, d.size) for d in by_id] == [("1g.10gb", 0, 1), ("2g.20gb", 2, 2), ("3g.40gb", 4, 4)]
-    unknown_ids = mig_devices(h100, [("3g.40gb", 42, ""), ("1g.10gb", 42, ""), ("1g.10gb", 43, "")])
+    unknown_ids = mig_devices(h100, instances(("3g.40gb", 42, ""), ("1g.10gb", 42, ""), ("1g.10gb", 43, "")))
     assert [(d.profile, d.start) for d in unknown_ids] == [("3g.40gb", 0), ("1g.10gb", 4), ("1g.10gb", 5)]
-    assert mig_devices(h100, [("9g.99gb", 1, "")]) == ()
+    assert mig_devices(h100, instances(("9g.99gb", 1, ""))) == ()
 
 
 @pytest.mark.django_db
@@ -205,31 +209,29 @@ def test_scrape_records_utilisation_and_health(sim, sim_cluster):
 
 
 def test_lean_parser_reads_what_prometheus_client_reads(sim):
-    text = sim.metrics_text(H100_BALANCED) + sim.metrics_text(H100_MIG_BUSY)
+    text = sim.metrics_text(H100_BALANCED) + sim.metrics_text(H100_IDLE)
     lean = parse_dcgm(text.splitlines())
-    reference = {}
+    reference, instances = {}, {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name = sample.name.removesuffix("_total")  # prometheus_client appends _total to counter samples
-            if "GPU_I_PROFILE" not in sample.labels and name in _WANTED_METRICS:
-                key = (sample.labels["Hostname"], int(sample.labels["gpu"]))
+            if name not in WANTED_METRICS:
+                continue
+            key = (sample.labels["hostname"], int(sample.labels["gpu"]))
+            if "GPU_I_ID" in sample.labels and name in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"):
+                instances.setdefault((*key, int(sample.labels["GPU_I_ID"])), {})[name] = sample.value
+            elif "GPU_I_ID" not in sample.labels or name != "DCGM_FI_DEV_FB_FREE":
                 reference.setdefault(key, {})[name] = sample.value
     ours = {(host, index): g.values for host, gpus in lean.items() for index, g in gpus.items()}
     assert ours == reference
-    assert sum(len(g.mig) for g in lean[H100_BALANCED].values()) == 8 * 4
-
-
-@pytest.mark.django_db
-def test_metrics_through_the_node_proxy_when_no_metrics_url(sim, sim_cluster):
-    # The client sends /api/v1/nodes/gpu-node-0010%3A9400/proxy/metrics (':' percent-encoded), as kube-apiserver
-    # accepts it (the simulator decodes path segments since its fix for this).
-    Cluster.objects.filter(pk=sim_cluster.pk).update(metrics_url="")
-    sim_cluster.refresh_from_db()
-    scraped = fetch_metrics(sim_cluster, [H100_BALANCED, T4, "gpu-node-9999"])
-    assert len(scraped[H100_BALANCED]) == 8 and len(scraped[T4]) == 4
-    assert "gpu-node-9999" not in scraped  # a node the proxy cannot reach is left out, not fatal
-    result = sync_cluster_full(sim_cluster)
-    assert result.gpus == Gpu.objects.count() == sum(len(n.gpus) for n in sim.nodes.values())
+    ours = {
+        (host, index, gi): {k: v for k, v in i.values.items() if k != "DCGM_FI_DEV_FB_FREE"}
+        for host, gpus in lean.items()
+        for index, g in gpus.items()
+        for gi, i in g.instances.items()
+    }
+    assert ours == instances and len(instances) == 8 * 4
+    assert not any(g.instances for g in lean[H100_IDLE].values())
 
 
 # --- health -------------------------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from worker.drivers.base import DriverError
 from worker.drivers.kubernetes import api as k8s
 from worker.drivers.kubernetes.labels import node_labels, node_ready
 from worker.drivers.kubernetes.operator import HealthReport, Operator
-from worker.inventory.dcgm import fetch_metrics, gpu_metrics, gpu_observations
+from worker.inventory.dcgm import gpu_metrics, gpu_observations
+from worker.inventory.exporters import fetch_metrics
 from worker.inventory.nodes import list_gpu_nodes, node_observation, warnings_by_node
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ def scrape_metrics(cluster) -> SyncResult:
     Node fields are re-read under a row lock in the same transaction as the recording, so a watch event landing
     meanwhile is never overwritten by an older copy."""
     live = list(Node.objects.live().filter(cluster=cluster, ready=True).values_list("name", flat=True))
-    scraped = fetch_metrics(cluster, live) if (live or cluster.metrics_url) else {}
+    scraped = fetch_metrics(cluster, live) if live else {}
     live_names = set(live)
     names = [name for name in scraped if name in live_names]
     with transaction.atomic():
