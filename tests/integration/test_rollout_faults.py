@@ -168,14 +168,15 @@ def test_failed_apply_rolls_back_to_the_last_good_config(sim, core, fleet, failu
 def test_wedged_pending_is_retried_under_a_new_name(sim, core, fleet):
     node = "gpu-node-0002"
     sim.faults.update({"wedge": {node: 1}})
-    rollout = start_rollout(verify_timeout_seconds=1)
+    # A timeout long enough for a slow machine's steps, passed on purpose below with `now` (never by waiting).
+    rollout = start_rollout(verify_timeout_seconds=60)
     for _ in range(3):
         step(rollout)
         sim.settle()
     change = rollout.changes.select_related("node").get(node__name=node)
     assert change.status == "verifying"
     assert core.read_node(node).metadata.labels["nvidia.com/mig.config.state"] == "pending"  # wedged (#485)
-    step(rollout, now=timezone.now() + timedelta(seconds=5))  # past the verify timeout
+    step(rollout, now=timezone.now() + timedelta(seconds=90))  # past the verify timeout
     change.refresh_from_db()
     assert change.status == "applying" and change.applied_mig_config == change.to_config["mig_config"] + "-r1"
     assert drive(rollout, sim).status == "succeeded"
