@@ -21,8 +21,14 @@ PRODUCT_MIX: tuple[tuple[str, int, float], ...] = (
     ("NVIDIA-L4", 4, 0.09),
     ("Tesla-T4", 4, 0.07),
     ("NVIDIA-H200", 8, 0.04),
-    ("NVIDIA-B200", 8, 0.03),
+    ("NVIDIA-B200", 8, 0.01),
+    # Last, so that adding them moved no earlier node's product: the newest parts of the MIG catalog (§4).
+    ("NVIDIA-GH200-480GB", 4, 0.01),
+    ("NVIDIA-B300-SXM6-AC", 8, 0.01),
 )
+
+# The newest parts start with MIG on, so that the demo draws their layouts (they are rare in the mix).
+_SHOWN_SLICED = frozenset({"NVIDIA-GH200-480GB", "NVIDIA-B300-SXM6-AC"})
 
 # PCI bus numbers of GPUs in common 8- and 4-GPU servers (DGX-style / 4-slot PCIe).
 _BUSES = {8: (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB), 4: (0x17, 0x65, 0xCA, 0xE3)}
@@ -179,6 +185,8 @@ def generate_node(seed: int, index: int) -> SimNode:
         draw = rng.random()
         smallest = min(product.profiles, key=lambda p: (p.memory_slices, p.media_extensions, -p.max_count))
         mig_config = "all-balanced" if draw < 0.15 else f"all-{smallest.name}" if draw < 0.25 else "all-disabled"
+        if product_name in _SHOWN_SLICED:
+            mig_config = "all-balanced"
     elif rng.random() < 0.4:
         plugin_config = "time-sliced-4"
     return SimNode(
