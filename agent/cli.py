@@ -16,6 +16,7 @@ from agent import AGENT_VERSION
 from agent.backends.nvml import NvmlBackend
 from agent.backends.nvml.calls import nvml_error_name
 from agent.backends.simulated import DEFAULT_PRODUCT, SimulatedBackend
+from agent.options import add_insecure_lab_argument, check_server_url
 from agent.runner import EXIT_USAGE, Agent, AgentSettings
 from sharing.mig import UnknownProductError, get_product
 
@@ -35,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR), help=f"default {DEFAULT_STATE_DIR}")
     parser.add_argument("--hostname", default=os.environ.get("TESSERA_HOSTNAME"), help="node name ($TESSERA_HOSTNAME)")
     parser.add_argument("--once", action="store_true", help="one report (and apply) cycle, then exit")
+    add_insecure_lab_argument(parser)
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--version", action="version", version=f"tessera-agent {AGENT_VERSION}")
     simulated = parser.add_argument_group("simulated GPUs (no driver needed)")
@@ -66,8 +68,7 @@ def _no_driver_message(error: pynvml.NVMLError) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if not args.server:
-        parser.error("--server (or TESSERA_SERVER) is required")
+    check_server_url(args, parser)
     if args.simulate:
         try:
             get_product(args.product)
@@ -94,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        settings = AgentSettings(args.server, args.state_dir, join_token, args.interval, args.hostname, args.once)
+        settings = AgentSettings(
+            args.server, args.state_dir, join_token, args.interval, args.hostname, args.once, args.insecure_lab
+        )
         try:
             agent = Agent(settings, backend, stop=stop)
         except (ValueError, OSError) as error:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -38,6 +39,21 @@ class AuthError(ServerError):
 
 class RejectedError(ServerError):
     """Any other 4xx, or an answer that breaks the protocol."""
+
+
+def server_url_problem(url: str, *, insecure_lab: bool) -> str | None:
+    """Why the agent will not talk to this server URL, or None. Over http:// the join token, the credential and every
+    report cross the network in clear text and anyone on the path can answer as the server: only a lab that says so
+    (--insecure-lab) may use it."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return f"the server URL must be https://host[:port], not {url!r}"
+    if parts.scheme == "http" and not insecure_lab:
+        return (
+            f"refusing the plain-HTTP server URL {url}: credentials and reports would cross the network in clear "
+            "text; use https://, or pass --insecure-lab (TESSERA_INSECURE_LAB=1) on a lab machine"
+        )
+    return None
 
 
 def _error_message(error: urllib.error.HTTPError) -> str:

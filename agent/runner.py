@@ -18,7 +18,7 @@ from pathlib import Path
 
 from agent import AGENT_VERSION
 from agent.backends.base import Backend, NodeSnapshot
-from agent.client import AuthError, RejectedError, ServerClient, TransientError
+from agent.client import AuthError, RejectedError, ServerClient, TransientError, server_url_problem
 from agent.errors import ApplyError, BusyError
 from agent.protocol import (
     AppliedState,
@@ -172,6 +172,7 @@ class AgentSettings:
     interval: float | None = None  # None: what the server said at registration
     hostname: str | None = None  # None: the backend's (the simulated node's, or this host's)
     once: bool = False
+    insecure_lab: bool = False  # True: an http:// server URL is accepted (a lab; never in production)
 
 
 class Agent:
@@ -212,6 +213,10 @@ class Agent:
 
     def run(self) -> int:
         """Loop until stopped (or one cycle with `once`); returns the process exit code."""
+        problem = server_url_problem(self.settings.server, insecure_lab=self.settings.insecure_lab)
+        if problem:
+            self.log.error("%s", problem)
+            return EXIT_USAGE
         if self.credential is None and not self.settings.join_token:
             self.log.error(
                 "no stored credential in %s and no join token: pass --join-token, --join-token-file or set "

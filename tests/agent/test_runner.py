@@ -42,7 +42,7 @@ def state_dir(tmp_path):
 def make_agent(fake_server, make_backend, state_dir):
     def make(backend=None, *, join_token=JOIN_TOKEN, clock=None, stop=None, **settings):
         options = {"clock": clock} if clock else {}
-        settings = AgentSettings(fake_server.url, state_dir, join_token, **settings)
+        settings = AgentSettings(fake_server.url, state_dir, join_token, insecure_lab=True, **settings)
         return Agent(settings, backend or make_backend(), stop=stop, **options)
 
     return make
@@ -83,6 +83,12 @@ def test_the_credential_is_private_and_reused_on_restart(fake_server, make_agent
     assert restarted.run() == EXIT_OK
     assert len(fake_server.registrations) == 1 and len(fake_server.reports) == 2
     assert load_credential(state_dir, "http://another-server:8000") is None
+
+
+def test_an_http_server_is_refused_before_the_join_token_is_sent(fake_server, make_backend, state_dir, caplog):
+    settings = AgentSettings(fake_server.url, state_dir, JOIN_TOKEN, once=True)
+    assert Agent(settings, make_backend()).run() == EXIT_USAGE
+    assert "refusing the plain-HTTP server URL" in caplog.text and fake_server.registrations == []
 
 
 def test_no_credential_and_no_join_token_is_a_usage_error(make_agent, caplog):
@@ -248,13 +254,13 @@ class RecordingStop(threading.Event):
 
 def test_network_errors_back_off_exponentially_up_to_a_cap(make_backend, state_dir, caplog):
     stop = RecordingStop(waits=5)
-    settings = AgentSettings("http://127.0.0.1:9", state_dir, JOIN_TOKEN, interval=100)
+    settings = AgentSettings("http://127.0.0.1:9", state_dir, JOIN_TOKEN, interval=100, insecure_lab=True)
     assert Agent(settings, make_backend(), stop=stop).run() == EXIT_OK
     assert stop.delays == [100, 200, 300, 300, 300]
     assert caplog.text.count("server unreachable") == 5
     assert "Connection refused" in caplog.text
 
-    once = AgentSettings("http://127.0.0.1:9", state_dir, JOIN_TOKEN, once=True)
+    once = AgentSettings("http://127.0.0.1:9", state_dir, JOIN_TOKEN, once=True, insecure_lab=True)
     assert Agent(once, make_backend()).run() == EXIT_FAILED
 
 
