@@ -355,3 +355,37 @@ class GpuEvent(models.Model):
 
     def __str__(self):
         return f"{self.gpu} {self.kind} {self.code} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class UuidConflict(models.Model):
+    """A GPU or MIG device UUID an agent reported while another live node holds it: the report was refused (409),
+    since a node speaks only for its own GPUs. Open (shown on both nodes' pages) until a report of `node` is
+    accepted again: it no longer names the UUID, or the holder no longer holds it (it stopped reporting it, or is
+    gone)."""
+
+    class Kind(models.TextChoices):
+        GPU = "gpu", "GPU"
+        MIG = "mig", "MIG device"
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="uuid_claims", help_text="The reporter.")
+    holder = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="uuid_claims_held")
+    uuid = models.CharField(max_length=64)
+    kind = models.CharField(max_length=3, choices=Kind.choices)
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    reports = models.PositiveIntegerField(default=1, help_text="Reports refused for it so far.")
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-first_seen_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node", "uuid"],
+                condition=Q(resolved_at__isnull=True),
+                name="%(app_label)s_%(class)s_one_open_per_node_and_uuid",
+            ),
+        ]
+        indexes = [models.Index(fields=["holder", "resolved_at"])]
+
+    def __str__(self):
+        return f"{self.node.name} claims {self.kind} {self.uuid} of {self.holder.name}"

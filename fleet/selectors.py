@@ -10,7 +10,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from fleet.choices import ConfigState, GpuHealth, SharingMode
-from fleet.models import AgentCredential, Cluster, Gpu, GpuEvent, MigDevice, Node, NodePool
+from fleet.models import AgentCredential, Cluster, Gpu, GpuEvent, MigDevice, Node, NodePool, UuidConflict
 from fleet.querysets import stale_q
 from sharing.mig import UnknownProductError, get_product
 
@@ -443,3 +443,12 @@ def gpu_events(gpu, limit: int = 50) -> list[GpuEvent]:
 def node_agent_credential(node: Node) -> AgentCredential | None:
     """The node's active agent credential, if its agent is registered."""
     return AgentCredential.objects.filter(node=node, revoked_at__isnull=True).first()
+
+
+def node_uuid_conflicts(node: Node) -> list[UuidConflict]:
+    """Open UUID conflicts the node is in, as the reporter refused or as the holder, oldest first."""
+    return list(
+        UuidConflict.objects.filter(Q(node=node) | Q(holder=node), resolved_at__isnull=True)
+        .select_related("node", "holder")
+        .order_by("first_seen_at", "pk")
+    )
