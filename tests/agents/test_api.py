@@ -169,14 +169,17 @@ def test_register_validates_the_body(join_token):
     assert bad.status_code == 400 and "hostname" in bad.json()["errors"]
 
 
-def test_reregistering_the_same_hostname_keeps_the_node_and_revokes_the_old_credential(node_a, join_token):
-    backend, node, old_client = node_a
+def test_reregistering_with_the_current_credential_keeps_the_node_and_revokes_the_old_one(join_token, backends):
+    backend = backends(seed=1)
+    first = register(join_token, backend.snapshot().hostname).json()
+    node, old_client = Node.objects.get(pk=first["node_id"]), agent_client(first["credential"])
     assert old_client.post(REPORT, report_of(backend).to_dict(), format="json").status_code == 200
-    again = register(join_token, node.name).json()
+    again = register(join_token, node.name, fields={"credential": first["credential"]}).json()
     assert again["node_id"] == node.pk
     assert Node.objects.filter(name=node.name).count() == 1
     assert AgentCredential.objects.filter(node=node).count() == 2
     assert AgentCredential.objects.filter(node=node, revoked_at__isnull=True).count() == 1
+    assert AgentJoinToken.objects.get().uses == 1  # only new nodes count against the token
     refused = old_client.post(REPORT, report_of(backend).to_dict(), format="json")
     assert refused.status_code == 401
     assert refused.json() == {"message": "Agent credential revoked or unknown.", "errors": {}}
