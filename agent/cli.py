@@ -32,6 +32,18 @@ def _parser() -> argparse.ArgumentParser:
     token = parser.add_mutually_exclusive_group()
     token.add_argument("--join-token", help="one-time join token ($TESSERA_JOIN_TOKEN); a file or env keeps it off ps")
     token.add_argument("--join-token-file", type=Path, help="file holding the join token")
+    parser.add_argument(
+        "--service-account-token-file",
+        type=Path,
+        default=os.environ.get("TESSERA_SERVICE_ACCOUNT_TOKEN_FILE") or None,
+        help="projected Kubernetes service-account token (audience tessera) presented at registration, for join "
+        "tokens bound to a service account ($TESSERA_SERVICE_ACCOUNT_TOKEN_FILE)",
+    )
+    parser.add_argument(
+        "--rotate-credential",
+        action="store_true",
+        help="register again presenting the stored credential: a new one replaces it (needs the join token)",
+    )
     parser.add_argument("--interval", type=float, help="seconds between reports (default: what the server says)")
     parser.add_argument("--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR), help=f"default {DEFAULT_STATE_DIR}")
     parser.add_argument("--hostname", default=os.environ.get("TESSERA_HOSTNAME"), help="node name ($TESSERA_HOSTNAME)")
@@ -96,7 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         settings = AgentSettings(
-            args.server, args.state_dir, join_token, args.interval, args.hostname, args.once, args.insecure_lab
+            args.server,
+            args.state_dir,
+            join_token,
+            args.interval,
+            args.hostname,
+            args.once,
+            args.insecure_lab,
+            args.service_account_token_file,
+            args.rotate_credential,
         )
         try:
             agent = Agent(settings, backend, stop=stop)

@@ -18,6 +18,7 @@ from agent.protocol import (
     ErrorBody,
     Outcome,
     ProtocolError,
+    RegisterPending,
     RegisterRequest,
     RegisterResponse,
     Report,
@@ -39,6 +40,10 @@ class AuthError(ServerError):
 
 class RejectedError(ServerError):
     """Any other 4xx, or an answer that breaks the protocol."""
+
+
+class PendingApproval(ServerError):
+    """202 from /register/: the node exists and an admin must approve this agent; ask again later."""
 
 
 def server_url_problem(url: str, *, insecure_lab: bool) -> str | None:
@@ -81,8 +86,12 @@ class ServerClient:
         self.credential = credential
         self.timeout = timeout
 
-    def register(self, request: RegisterRequest) -> RegisterResponse:
-        return _read(RegisterResponse, self._call("POST", REGISTER_PATH, request.to_dict(), authenticated=False))
+    def register(self, request: RegisterRequest) -> RegisterResponse | RegisterPending:
+        """201 gives the credential; 202 (an answer without one) says the registration waits for an admin."""
+        answer = self._call("POST", REGISTER_PATH, request.to_dict(), authenticated=False)
+        if isinstance(answer, dict) and "credential" not in answer:
+            return _read(RegisterPending, answer)
+        return _read(RegisterResponse, answer)
 
     def report(self, report: Report) -> ReportResponse:
         return _read(ReportResponse, self._call("POST", REPORT_PATH, report.to_dict()))

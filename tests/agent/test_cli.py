@@ -70,10 +70,13 @@ def test_a_simulated_node_registers_reports_and_applies(fake_server, tmp_path):
 
 
 def test_settings_come_from_the_environment_and_a_revoked_credential_exits_3(fake_server, tmp_path):
-    env = {"TESSERA_SERVER": fake_server.url, "TESSERA_JOIN_TOKEN": JOIN_TOKEN, "TESSERA_HOSTNAME": "gpu-node-7"}
+    (tmp_path / "sa-token").write_text("projected-sa-token")
+    env = {"TESSERA_SERVER": fake_server.url, "TESSERA_JOIN_TOKEN": JOIN_TOKEN, "TESSERA_HOSTNAME": "gpu-node-7",
+           "TESSERA_SERVICE_ACCOUNT_TOKEN_FILE": str(tmp_path / "sa-token")}  # fmt: skip
     state = ["--state-dir", str(tmp_path / "state"), "--simulate", "--gpus", "1", "--once"]
     assert run_agent(*state, **env).returncode == 0
     assert fake_server.registrations[0].hostname == "gpu-node-7" and fake_server.reports[0].hostname == "gpu-node-7"
+    assert fake_server.registrations[0].service_account_token == "projected-sa-token"
 
     fake_server.revoke_all()
     result = run_agent(*state, **env)

@@ -16,6 +16,7 @@ from agent.protocol import (
     SafetySettings,
     TimeSliceSettings,
     inventory_digest,
+    request_fingerprint,
 )
 from agent.runner import (
     CREDENTIAL_FILE,
@@ -89,6 +90,41 @@ def test_an_http_server_is_refused_before_the_join_token_is_sent(fake_server, ma
     settings = AgentSettings(fake_server.url, state_dir, JOIN_TOKEN, once=True)
     assert Agent(settings, make_backend()).run() == EXIT_USAGE
     assert "refusing the plain-HTTP server URL" in caplog.text and fake_server.registrations == []
+
+
+def test_an_agent_registering_an_existing_node_waits_for_approval_with_one_key(
+    fake_server, make_agent, state_dir, caplog
+):
+    fake_server.approval_needed.add("sim-node-0")
+    assert make_agent(once=True).run() == EXIT_FAILED
+    key = fake_server.registrations[0].request_key
+    fingerprint = request_fingerprint(key)
+    assert f"waiting for an admin to approve request {fingerprint} for node sim-node-0" in caplog.text
+    assert key not in caplog.text and not (state_dir / "credential.json").exists()
+    assert make_agent(once=True).run() == EXIT_FAILED  # restarted: the same request, not a new one
+    assert fake_server.registrations[1].request_key == key
+    fake_server.approved_keys.add(key)
+    assert make_agent(once=True).run() == EXIT_OK
+    assert (state_dir / "credential.json").exists() and not (state_dir / "request-key.json").exists()
+    assert len(fake_server.reports) == 1
+
+
+def test_the_service_account_token_is_read_at_each_registration(fake_server, make_agent, tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text("projected-token-1\n")
+    assert make_agent(once=True, service_account_token_file=token_file).run() == EXIT_OK
+    assert fake_server.registrations[0].service_account_token == "projected-token-1"
+
+
+def test_rotating_presents_the_current_credential_and_keeps_the_new_one(fake_server, make_agent, state_dir):
+    assert make_agent(once=True).run() == EXIT_OK
+    old = json.loads((state_dir / "credential.json").read_text())["credential"]
+    fake_server.approval_needed.add("sim-node-0")  # the node exists now: only its credential re-registers it
+    assert make_agent(once=True, rotate_credential=True).run() == EXIT_OK
+    rotation = fake_server.registrations[1]
+    assert rotation.credential == old and rotation.request_key is None
+    new = json.loads((state_dir / "credential.json").read_text())["credential"]
+    assert new != old and old not in fake_server.credentials and len(fake_server.reports) == 2
 
 
 def test_no_credential_and_no_join_token_is_a_usage_error(make_agent, caplog):
