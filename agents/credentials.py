@@ -208,8 +208,9 @@ def _pending_or_approved(
             message="An agent asks to register this node again without its credential: an admin approves or rejects.",
             now=now,
         )
-    elif pending.status == PendingAgent.Status.APPROVED:
-        PendingAgent.objects.filter(pk=pending.pk).update(status=PendingAgent.Status.COMPLETED, last_asked_at=now)
+    elif pending.status == PendingAgent.Status.APPROVED and PendingAgent.objects.filter(
+        pk=pending.pk, status=PendingAgent.Status.APPROVED
+    ).update(status=PendingAgent.Status.COMPLETED, last_asked_at=now):
         return _issue(node, token, agent_version, now, vouched_by=f"approval of {pending.fingerprint}")
     elif pending.status != PendingAgent.Status.PENDING:
         raise ApplicationError(
