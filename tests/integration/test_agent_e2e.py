@@ -143,7 +143,11 @@ def test_a_join_token_alone_does_not_take_over_a_node_and_a_reinstalled_agent_wa
                     timeout=20,
                     message="the reinstalled agent to ask for approval",
                 )
-                assert wanted.fingerprint in (tmp_path / "reinstalled.log").read_text()
+                wait_until(
+                    lambda: f"approve request {wanted.fingerprint}" in (tmp_path / "reinstalled.log").read_text(),
+                    timeout=10,
+                    message="the reinstalled agent to log the fingerprint the admin approves",
+                )
                 agent_credentials.pending_agent_decide(actor=actor, pending=wanted, approve=True)
                 assert finish(proc, log, timeout=20) == 3  # the old credential is revoked when the new one is issued
                 wait_until(
