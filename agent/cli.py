@@ -16,6 +16,7 @@ from agent import AGENT_VERSION
 from agent.backends.nvml import NvmlBackend
 from agent.backends.nvml.calls import nvml_error_name
 from agent.backends.simulated import DEFAULT_PRODUCT, SimulatedBackend
+from agent.options import add_insecure_lab_argument, check_server_url
 from agent.runner import EXIT_USAGE, Agent, AgentSettings
 from sharing.mig import UnknownProductError, get_product
 
@@ -31,10 +32,23 @@ def _parser() -> argparse.ArgumentParser:
     token = parser.add_mutually_exclusive_group()
     token.add_argument("--join-token", help="one-time join token ($TESSERA_JOIN_TOKEN); a file or env keeps it off ps")
     token.add_argument("--join-token-file", type=Path, help="file holding the join token")
+    parser.add_argument(
+        "--service-account-token-file",
+        type=Path,
+        default=os.environ.get("TESSERA_SERVICE_ACCOUNT_TOKEN_FILE") or None,
+        help="projected Kubernetes service-account token (audience tessera) presented at registration, for join "
+        "tokens bound to a service account ($TESSERA_SERVICE_ACCOUNT_TOKEN_FILE)",
+    )
+    parser.add_argument(
+        "--rotate-credential",
+        action="store_true",
+        help="register again presenting the stored credential: a new one replaces it (needs the join token)",
+    )
     parser.add_argument("--interval", type=float, help="seconds between reports (default: what the server says)")
     parser.add_argument("--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR), help=f"default {DEFAULT_STATE_DIR}")
     parser.add_argument("--hostname", default=os.environ.get("TESSERA_HOSTNAME"), help="node name ($TESSERA_HOSTNAME)")
     parser.add_argument("--once", action="store_true", help="one report (and apply) cycle, then exit")
+    add_insecure_lab_argument(parser)
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--version", action="version", version=f"tessera-agent {AGENT_VERSION}")
     simulated = parser.add_argument_group("simulated GPUs (no driver needed)")
@@ -66,8 +80,7 @@ def _no_driver_message(error: pynvml.NVMLError) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if not args.server:
-        parser.error("--server (or TESSERA_SERVER) is required")
+    check_server_url(args, parser)
     if args.simulate:
         try:
             get_product(args.product)
@@ -94,7 +107,17 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        settings = AgentSettings(args.server, args.state_dir, join_token, args.interval, args.hostname, args.once)
+        settings = AgentSettings(
+            args.server,
+            args.state_dir,
+            join_token,
+            args.interval,
+            args.hostname,
+            args.once,
+            args.insecure_lab,
+            args.service_account_token_file,
+            args.rotate_credential,
+        )
         try:
             agent = Agent(settings, backend, stop=stop)
         except (ValueError, OSError) as error:

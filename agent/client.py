@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -17,6 +18,7 @@ from agent.protocol import (
     ErrorBody,
     Outcome,
     ProtocolError,
+    RegisterPending,
     RegisterRequest,
     RegisterResponse,
     Report,
@@ -38,6 +40,25 @@ class AuthError(ServerError):
 
 class RejectedError(ServerError):
     """Any other 4xx, or an answer that breaks the protocol."""
+
+
+class PendingApproval(ServerError):
+    """202 from /register/: the node exists and an admin must approve this agent; ask again later."""
+
+
+def server_url_problem(url: str, *, insecure_lab: bool) -> str | None:
+    """Why the agent will not talk to this server URL, or None. Over http:// the join token, the credential and every
+    report cross the network in clear text and anyone on the path can answer as the server: only a lab that says so
+    (--insecure-lab) may use it."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return f"the server URL must be https://host[:port], not {url!r}"
+    if parts.scheme == "http" and not insecure_lab:
+        return (
+            f"refusing the plain-HTTP server URL {url}: credentials and reports would cross the network in clear "
+            "text; use https://, or pass --insecure-lab (TESSERA_INSECURE_LAB=1) on a lab machine"
+        )
+    return None
 
 
 def _error_message(error: urllib.error.HTTPError) -> str:
@@ -65,8 +86,12 @@ class ServerClient:
         self.credential = credential
         self.timeout = timeout
 
-    def register(self, request: RegisterRequest) -> RegisterResponse:
-        return _read(RegisterResponse, self._call("POST", REGISTER_PATH, request.to_dict(), authenticated=False))
+    def register(self, request: RegisterRequest) -> RegisterResponse | RegisterPending:
+        """201 gives the credential; 202 (an answer without one) says the registration waits for an admin."""
+        answer = self._call("POST", REGISTER_PATH, request.to_dict(), authenticated=False)
+        if isinstance(answer, dict) and "credential" not in answer:
+            return _read(RegisterPending, answer)
+        return _read(RegisterResponse, answer)
 
     def report(self, report: Report) -> ReportResponse:
         return _read(ReportResponse, self._call("POST", REPORT_PATH, report.to_dict()))

@@ -1,6 +1,6 @@
 """Many simulated agents in one process (threads), for the demo fleet and benchmark B2.
 
-python -m agent.fleet --server URL --join-token TOKEN --count 20 --state-root var/agents
+python -m agent.fleet --server URL --join-token TOKEN --count 20 --state-root var/agents [--insecure-lab]
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.backends.simulated import DEFAULT_PRODUCT, SimulatedBackend
+from agent.options import add_insecure_lab_argument, check_server_url
 from agent.runner import Agent, AgentSettings
 
 
@@ -44,6 +45,7 @@ def start_fleet(
     gpus: int = 8,
     interval: float | None = None,
     workload: bool = True,
+    insecure_lab: bool = False,
 ) -> Fleet:
     """Start `count` agents, seeds first_seed…, each with its own state dir and a product from `products` in turn."""
     stop_event = threading.Event()
@@ -52,7 +54,7 @@ def start_fleet(
         product = products[(seed - first_seed) % len(products)]
         backend = SimulatedBackend(seed=seed, product=product, gpus=gpus, workload=workload)
         hostname = backend.sim.host.hostname()
-        settings = AgentSettings(server, Path(state_root) / hostname, join_token, interval)
+        settings = AgentSettings(server, Path(state_root) / hostname, join_token, interval, insecure_lab=insecure_lab)
         agent = Agent(settings, backend, stop=stop_event, log=logging.getLogger(f"agent.{hostname}"))
         thread = threading.Thread(target=_run, args=(fleet, agent, hostname), name=hostname, daemon=True)
         fleet.agents.append(agent)
@@ -79,9 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--interval", type=float)
     parser.add_argument("--no-workload", action="store_true", help="no simulated jobs: GPUs stay idle")
+    add_insecure_lab_argument(parser)
     args = parser.parse_args(argv)
-    if not args.server:
-        parser.error("--server (or TESSERA_SERVER) is required")
+    check_server_url(args, parser)
     logging.basicConfig(level="INFO", stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     fleet = start_fleet(
         args.server,
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         gpus=args.gpus,
         interval=args.interval,
         workload=not args.no_workload,
+        insecure_lab=args.insecure_lab,
     )
     try:
         while any(thread.is_alive() for thread in fleet.threads):

@@ -6,12 +6,17 @@ of the wrong type raises `ProtocolError` naming the field.
 
 Endpoints (under the server's base URL):
 
-- `POST /api/v1/agent/register/` — body `RegisterRequest` {join_token, hostname, agent_version}, no credential.
-  → 201 `RegisterResponse` {node_id, node_name, credential, interval_seconds}. A node registers once: the join token
-  (one per cluster, shared by its nodes, e.g. a DaemonSet's Secret, until it expires) is traded for a per-node
-  credential that can only read and report for its own node; registering the same hostname again (its state was
-  lost) gets the same node and a new credential. The credential is sent as `Authorization: Bearer <credential>` on
-  every call below. 401/403 here: the join token is wrong, expired or revoked.
+- `POST /api/v1/agent/register/` — body `RegisterRequest` {join_token, hostname, agent_version, credential?,
+  service_account_token?, request_key?}, no Authorization header. → 201 `RegisterResponse` {node_id, node_name,
+  credential, interval_seconds}. A node registers once: the join token (of one cluster; possibly single-use, bound
+  to a node-name pattern, or to a Kubernetes service account) is traded for a per-node credential that can only
+  read and report for its own node. A hostname the server has already is registered again (same node, new
+  credential, the old one revoked) only with that node's current `credential`, a `service_account_token` the
+  cluster's API server vouches for on that node (join tokens with a service account always need one), or an
+  admin's approval: → 202 `RegisterPending` {node_name, fingerprint, message} while it waits; the agent asks again
+  with the same `request_key` until 201 (approved) or 403 (rejected). The credential is sent as
+  `Authorization: Bearer <credential>` on every call below. 401/403 here: the join token is wrong, expired,
+  revoked, or does not allow this node.
 - `POST /api/v1/agent/report/` — body `Report`: inventory and metrics of every GPU, host settings, the config the
   node runs (`applied`) and the XID events seen since the last successful report. → 200 `ReportResponse`
   {desired_config_id}: null when the server has nothing for the node; when it differs from `applied.config_id` the
@@ -86,6 +91,12 @@ class RegisterRequest(Message):
     join_token: str = field(repr=False)
     hostname: str
     agent_version: str
+    # For a node the server has already (the join token alone never takes one over): the node's current credential,
+    # a Kubernetes service-account token the server has the cluster review, or a random key the agent keeps while an
+    # admin approves (the same key on every ask; `request_fingerprint` of it is what the admin sees).
+    credential: str | None = field(default=None, repr=False)
+    service_account_token: str | None = field(default=None, repr=False)
+    request_key: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,21 @@ class RegisterResponse(Message):
     node_name: str
     credential: str = field(repr=False)
     interval_seconds: int
+
+
+@dataclass(frozen=True)
+class RegisterPending(Message):
+    """202 from /register/: an admin must approve this agent's registration of an existing node; ask again later
+    with the same request key."""
+
+    node_name: str
+    fingerprint: str
+    message: str
+
+
+def request_fingerprint(request_key: str) -> str:
+    """The part of a request key's SHA-256 the agent logs and the admin sees: they match before approving."""
+    return hashlib.sha256(request_key.encode()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------------------------------------------------

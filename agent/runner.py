@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -18,7 +19,14 @@ from pathlib import Path
 
 from agent import AGENT_VERSION
 from agent.backends.base import Backend, NodeSnapshot
-from agent.client import AuthError, RejectedError, ServerClient, TransientError
+from agent.client import (
+    AuthError,
+    PendingApproval,
+    RejectedError,
+    ServerClient,
+    TransientError,
+    server_url_problem,
+)
 from agent.errors import ApplyError, BusyError
 from agent.protocol import (
     AppliedState,
@@ -27,10 +35,12 @@ from agent.protocol import (
     MpsSettings,
     NodeSettings,
     Outcome,
+    RegisterPending,
     RegisterRequest,
     Report,
     XidEvent,
     inventory_digest,
+    request_fingerprint,
 )
 
 EXIT_OK = 0
@@ -41,6 +51,7 @@ DEFAULT_INTERVAL_S = 30
 MAX_BACKOFF_S = 300
 CREDENTIAL_FILE = "credential.json"
 APPLIED_FILE = "applied.json"
+REQUEST_KEY_FILE = "request-key.json"  # kept while an admin approves a registration of an existing node
 
 
 @dataclass(frozen=True)
@@ -172,6 +183,9 @@ class AgentSettings:
     interval: float | None = None  # None: what the server said at registration
     hostname: str | None = None  # None: the backend's (the simulated node's, or this host's)
     once: bool = False
+    insecure_lab: bool = False  # True: an http:// server URL is accepted (a lab; never in production)
+    service_account_token_file: Path | None = None  # a projected Kubernetes token, presented at registration
+    rotate_credential: bool = False  # register again presenting the current credential: a new one replaces it
 
 
 class Agent:
@@ -199,6 +213,7 @@ class Agent:
         self._unsent_outcome: Outcome | None = None
         self._attempted: tuple[str, int | None] | None = None
         self._waiting: tuple[tuple[str, int | None], float] | None = None
+        self._rotate = settings.rotate_credential and self.credential is not None
 
     @property
     def interval(self) -> float:
@@ -212,7 +227,11 @@ class Agent:
 
     def run(self) -> int:
         """Loop until stopped (or one cycle with `once`); returns the process exit code."""
-        if self.credential is None and not self.settings.join_token:
+        problem = server_url_problem(self.settings.server, insecure_lab=self.settings.insecure_lab)
+        if problem:
+            self.log.error("%s", problem)
+            return EXIT_USAGE
+        if (self.credential is None or self.settings.rotate_credential) and not self.settings.join_token:
             self.log.error(
                 "no stored credential in %s and no join token: pass --join-token, --join-token-file or set "
                 "TESSERA_JOIN_TOKEN",
@@ -238,6 +257,9 @@ class Agent:
                 refused = "agent credential" if self.credential else "join token"
                 self.log.error("the server refused the %s: %s", refused, error)
                 return EXIT_AUTH
+            except PendingApproval as error:
+                failures += 1
+                self.log.warning("%s", error)
             except TransientError as error:
                 failures += 1
                 delay = min(self.interval * 2 ** (failures - 1), max(MAX_BACKOFF_S, self.interval))
@@ -304,15 +326,46 @@ class Agent:
         return self._snapshot
 
     def _client(self, snapshot: NodeSnapshot) -> ServerClient:
-        if self.credential is None:
-            request = RegisterRequest(self.settings.join_token, self._hostname(snapshot), AGENT_VERSION)
-            answer = ServerClient(self.settings.server).register(request)
-            self.credential = Credential(
-                self.settings.server, answer.node_id, answer.credential, answer.node_name, answer.interval_seconds
-            )
-            save_credential(self.settings.state_dir, self.credential)
-            self.log.info("registered as node %s (id %s)", answer.node_name, answer.node_id)
+        if self.credential is None or self._rotate:
+            self._register(snapshot)
         return ServerClient(self.settings.server, credential=self.credential.credential)
+
+    def _register(self, snapshot: NodeSnapshot) -> None:
+        """Trade the join token for a credential, presenting what vouches for this agent when its node exists: the
+        current credential (rotating), the pod's service-account token, or the key an admin's approval binds to."""
+        token_file = self.settings.service_account_token_file
+        request = RegisterRequest(
+            self.settings.join_token,
+            self._hostname(snapshot),
+            AGENT_VERSION,
+            credential=self.credential.credential if self.credential else None,
+            service_account_token=token_file.read_text().strip() if token_file else None,  # rotated by the kubelet
+            request_key=None if self.credential else self._request_key(),
+        )
+        answer = ServerClient(self.settings.server).register(request)
+        if isinstance(answer, RegisterPending):
+            fingerprint = request_fingerprint(request.request_key or "")
+            raise PendingApproval(
+                f"waiting for an admin to approve request {fingerprint} for node {answer.node_name}: {answer.message}"
+            )
+        self.credential = Credential(
+            self.settings.server, answer.node_id, answer.credential, answer.node_name, answer.interval_seconds
+        )
+        save_credential(self.settings.state_dir, self.credential)
+        (self.settings.state_dir / REQUEST_KEY_FILE).unlink(missing_ok=True)
+        done = "new credential" if self._rotate else "registered"
+        self.log.info("%s as node %s (id %s)", done, answer.node_name, answer.node_id)
+        self._rotate = False
+
+    def _request_key(self) -> str:
+        """This agent's registration request key: the same on every ask (and across restarts) until registered."""
+        path = self.settings.state_dir / REQUEST_KEY_FILE
+        try:
+            return json.loads(path.read_text())["request_key"]
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            key = secrets.token_urlsafe(32)
+            _write_private(path, {"request_key": key})
+            return key
 
     def _hostname(self, snapshot: NodeSnapshot) -> str:
         return self.settings.hostname or snapshot.hostname

@@ -17,6 +17,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.throttling import SimpleRateThrottle
 
 from agents.credentials import agent_credential_authenticate
+from core.addresses import client_address
 from fleet.models import AgentCredential
 
 REFUSED = "Agent credential revoked or unknown."
@@ -93,7 +94,7 @@ class AgentRateThrottle(SimpleRateThrottle):
     counts = _WindowCounts()
 
     def ident(self, request) -> str:
-        return request.auth.key_id if isinstance(request.auth, AgentCredential) else self.get_ident(request)
+        return request.auth.key_id if isinstance(request.auth, AgentCredential) else client_address(request._request)
 
     def allow_request(self, request, view):
         if self.rate is None:
@@ -108,12 +109,13 @@ class AgentRateThrottle(SimpleRateThrottle):
 
 
 class AgentRegisterThrottle(AgentRateThrottle):
-    """Registrations at the "agent" rate per client address: join tokens cannot be guessed at speed."""
+    """Registrations at the "agent" rate per client address (core.addresses: never a header the client writes), so
+    join tokens cannot be guessed at speed from one address however it labels its requests."""
 
     counts = _WindowCounts()
 
     def ident(self, request) -> str:
-        return self.get_ident(request)
+        return client_address(request._request)
 
 
 class AgentCredentialScheme(OpenApiAuthenticationExtension):

@@ -31,6 +31,8 @@ def agent_lab_command(*, python: str, server: str, count: int) -> list[str]:
     _ensure_lab_pool(cluster)
     command = [python, "-m", "agent.fleet", "--server", server, "--count", str(count),
                "--state-root", str(state_root), "--product", LAB_PRODUCT]  # fmt: skip
+    if server.startswith("http://"):
+        command.append("--insecure-lab")  # the lab's own web server on this machine; agents refuse http:// otherwise
     token = _join_token_for_new_agents(cluster, server, count, state_root)
     return [*command, "--join-token", token] if token else command
 

@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from agent.protocol import Outcome
 from agents.choices import SERVING_STATUSES
+from agents.claims import refuse_foreign_uuids
 from agents.reports import agent_report_record
 from fleet.choices import ConfigState
 from fleet.models import Node
@@ -13,12 +14,18 @@ from worker.services import node_change_failed_on_node, node_change_refused_busy
 from worker.tasks import node_changes_step
 
 
-@transaction.atomic
 def agent_outcome_record(*, node: Node, outcome: Outcome, now=None) -> bool:
     """Record an apply outcome: the fresh report, then what it means for the change. Repeats change nothing; an
     outcome for a change that is not the node's, or no longer in flight, only records its report. Returns whether
-    the change was acted on."""
+    the change was acted on. A report naming another node's GPUs is refused (409) before anything is written, so
+    the conflict it records stays."""
     now = now or timezone.now()
+    refuse_foreign_uuids(node=node, report=outcome.report, now=now)
+    return _record_outcome(node, outcome, now)
+
+
+@transaction.atomic
+def _record_outcome(node: Node, outcome: Outcome, now) -> bool:
     # At once, not buffered: the engine's next step reads the processes of this report (busy checks).
     agent_report_record(node=node, report=outcome.report, now=now, buffered=False)
     if outcome.change_id is None:

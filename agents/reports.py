@@ -6,10 +6,11 @@ import math
 from collections.abc import Sequence
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
 from django.utils import timezone
 
 from agent.protocol import GpuMetrics, GpuReport, Report, ReportMetrics, inventory_digest
+from agents.claims import refuse_foreign_uuids, release_stale_mig_uuids, uuid_conflicts_resolve
 from agents.observations import (
     ConfigView,
     applied_node_settings,
@@ -105,8 +106,7 @@ def agent_report_record(
         _record_metrics(node, report.gpus, report.agent_version, now, buffered=buffered)
     else:
         report_buffer.discard(node.pk)
-        with transaction.atomic():
-            _record_inventory(node, report, refresh, digest, now)
+        _record_own_inventory(node, report, refresh, digest, now)
     node.last_seen_at = node.agent_last_seen_at = now
     return serving[1] if serving else None
 
@@ -135,6 +135,20 @@ def _record_metrics(node: Node, gpus: Sequence[GpuMetrics | GpuReport], agent_ve
 _STORED_GPU_FIELDS = ("pk", "node", "uuid", "last_xid", "ecc_dbe_total", "settings")  # what a report is compared with
 
 
+def _record_own_inventory(node: Node, report: Report, refresh: bool, digest: str, now) -> None:
+    """Record a new inventory if it names only UUIDs that are new or already the node's; else refuse it (409). A
+    UUID another node's report took meanwhile (past the check) is refused the same way, not as a 500."""
+    refuse_foreign_uuids(node=node, report=report, now=now)
+    try:
+        with transaction.atomic():
+            release_stale_mig_uuids(node, report)
+            _record_inventory(node, report, refresh, digest, now)
+            uuid_conflicts_resolve(node=node, now=now)
+    except IntegrityError:
+        refuse_foreign_uuids(node=node, report=report, now=now)
+        raise
+
+
 def _record_inventory(node: Node, report: Report, refresh: bool, digest: str, now) -> None:
     """A report whose inventory, applied config or events are new: the node and its GPUs through inventory_record,
     then what only agents report (settings changes, XID and ECC events, metrics, health), and the report's digest."""
@@ -147,7 +161,7 @@ def _record_inventory(node: Node, report: Report, refresh: bool, digest: str, no
     gpus = [gpu_observation(g, stored.get(g.uuid), newest.get(g.uuid)) for g in report.gpus]
     observation = node_observation(node, report, view, gpus, to_config)
     host_before = Node.objects.filter(pk=node.pk).values_list("host_settings", flat=True).first()
-    inventory_record(cluster=node.cluster, nodes=[observation], now=now)
+    inventory_record(cluster=node.cluster, nodes=[observation], move_live_gpus=False, now=now)
     _audit_settings_changes(node, applied_id, observation, host_before, stored, now)
     _record_events(node, report, stored, now)
     with connection.cursor() as cursor:

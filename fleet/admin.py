@@ -8,7 +8,18 @@ from django.urls import reverse
 from core.audit import Actor
 from core.exceptions import ApplicationError
 from fleet.agent_credentials import agent_credential_revoke, agent_join_token_revoke
-from fleet.models import AgentCredential, AgentJoinToken, Cluster, Gpu, GpuEvent, MigDevice, Node, NodePool
+from fleet.models import (
+    AgentCredential,
+    AgentJoinToken,
+    Cluster,
+    Gpu,
+    GpuEvent,
+    MigDevice,
+    Node,
+    NodePool,
+    PendingAgent,
+    UuidConflict,
+)
 
 
 @admin.register(Cluster)
@@ -106,7 +117,9 @@ class AgentJoinTokenAdmin(admin.ModelAdmin):
     list_filter = ("cluster",)
     search_fields = ("name", "key_id")
     list_select_related = ("cluster", "created_by")
-    readonly_fields = ("cluster", "key_id", "uses", "created_by", "created_at", "last_used_at", "revoked_at")
+    # What limits a token is set when it is created (validated and audited there): read-only here.
+    readonly_fields = ("cluster", "key_id", "uses", "node_name_pattern", "service_account", "created_by",
+                       "created_at", "last_used_at", "revoked_at")  # fmt: skip
     actions = ["revoke"]
 
     def has_add_permission(self, request):
@@ -134,8 +147,18 @@ class AgentCredentialAdmin(admin.ModelAdmin):
         _revoke_each(self, request, queryset, lambda actor, c: agent_credential_revoke(actor=actor, credential=c))
 
 
+class _ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows written by services or agents (audited there): listed here, never added or changed by hand."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(GpuEvent)
-class GpuEventAdmin(admin.ModelAdmin):
+class GpuEventAdmin(_ReadOnlyAdmin):
     """Append-only: XID and ECC events as agents reported them."""
 
     list_display = ("at", "gpu", "kind", "code", "message")
@@ -144,8 +167,20 @@ class GpuEventAdmin(admin.ModelAdmin):
     list_select_related = ("gpu__node",)
     raw_id_fields = ("gpu",)
 
-    def has_add_permission(self, request):
-        return False
 
-    def has_change_permission(self, request, obj=None):
-        return False
+@admin.register(PendingAgent)
+class PendingAgentAdmin(_ReadOnlyAdmin):
+    """Decided on the Agent join tokens page or through /api/v1/pending-agents/."""
+
+    list_display = ("node", "fingerprint", "status", "address", "requested_at", "decided_by")
+    list_filter = ("status", "node__cluster")
+    search_fields = ("node__name", "key_hash")
+    list_select_related = ("node", "decided_by")
+
+
+@admin.register(UuidConflict)
+class UuidConflictAdmin(_ReadOnlyAdmin):
+    list_display = ("node", "holder", "kind", "uuid", "first_seen_at", "reports", "resolved_at")
+    list_filter = ("kind",)
+    search_fields = ("uuid", "node__name", "holder__name")
+    list_select_related = ("node", "holder")

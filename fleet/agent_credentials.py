@@ -7,6 +7,7 @@ Trading a join token for a credential and authenticating with one is the agent's
 
 import hashlib
 import hmac
+import re
 import secrets
 from datetime import datetime, timedelta
 
@@ -17,12 +18,15 @@ from django.utils import timezone
 from core.audit import Actor, audit_record
 from core.exceptions import ApplicationError
 from fleet.choices import ClusterDriver
-from fleet.models import AgentCredential, AgentJoinToken, Cluster, Node
+from fleet.models import AgentCredential, AgentJoinToken, Cluster, Node, PendingAgent
 
 JOIN_TOKEN_PREFIX = "tsj"
 CREDENTIAL_PREFIX = "tsa"
 JOIN_TOKEN_LIFETIME = timedelta(hours=24)
 _NO_HASH = "0" * 64  # compared against when no row matched, so a miss costs what a wrong secret costs
+NODE_NAME_PATTERN_RE = re.compile(r"^[-A-Za-z0-9_.*?\[\]!]{1,253}$")
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+SERVICE_ACCOUNT_RE = re.compile(rf"^{_DNS_LABEL}:{_DNS_LABEL}(\.{_DNS_LABEL})*$")
 
 
 def agent_interval_seconds() -> int:
@@ -68,11 +72,17 @@ def agent_join_token_create(
     description: str = "",
     expires_at: datetime | None = None,
     max_uses: int | None = None,
+    node_name_pattern: str = "",
+    service_account: str = "",
     now=None,
 ) -> tuple[AgentJoinToken, str]:
-    """Create a join token for an agent cluster; returns the row and the plain token, which is never shown again."""
+    """Create a join token for an agent cluster; returns the row and the plain token, which is never shown again.
+    `max_uses` 1 makes it single-use; `node_name_pattern` (fnmatch) limits the node names it registers;
+    `service_account` ("namespace:name") makes every registration present that account's token, reviewed by the
+    cluster's API server, and register as the pod's node."""
     now = now or timezone.now()
     expires_at = expires_at or now + JOIN_TOKEN_LIFETIME
+    node_name_pattern, service_account = node_name_pattern.strip(), service_account.strip()
     errors: dict[str, list[str]] = {}
     if cluster.driver != ClusterDriver.AGENT:
         errors["cluster"] = [
@@ -84,6 +94,15 @@ def agent_join_token_create(
         errors["expires_at"] = ["The expiry must be in the future."]
     if max_uses is not None and max_uses < 1:
         errors["max_uses"] = ["Allow at least one registration, or leave it empty for any number until expiry."]
+    if node_name_pattern and not NODE_NAME_PATTERN_RE.match(node_name_pattern):
+        errors["node_name_pattern"] = ["Node name characters and the wildcards * ? [ ] ! only, e.g. rack-b12-*."]
+    if service_account and not SERVICE_ACCOUNT_RE.match(service_account):
+        errors["service_account"] = ["namespace:name of a service account, e.g. tessera-system:tessera-agent."]
+    elif service_account and not (cluster.kubeconfig_path or cluster.in_cluster):
+        errors["service_account"] = [
+            f"Cluster {cluster.name} has no Kubernetes credentials (kubeconfig path or in-cluster) to review "
+            "service-account tokens with."
+        ]
     if errors:
         raise ApplicationError(next(iter(errors.values()))[0], errors=errors)
     plain, key_id, secret_hash = secret_new(JOIN_TOKEN_PREFIX)
@@ -95,13 +114,21 @@ def agent_join_token_create(
         secret_hash=secret_hash,
         expires_at=expires_at,
         max_uses=max_uses,
+        node_name_pattern=node_name_pattern,
+        service_account=service_account,
         created_by=actor.user if getattr(actor.user, "pk", None) else None,
     )
     audit_record(
         actor=actor,
         action="agent_join_token.create",
         obj=token,
-        after={"cluster": cluster.name, "expires_at": expires_at.isoformat(), "max_uses": max_uses},
+        after={
+            "cluster": cluster.name,
+            "expires_at": expires_at.isoformat(),
+            "max_uses": max_uses,
+            "node_name_pattern": node_name_pattern,
+            "service_account": service_account,
+        },
         now=now,
     )
     return token, plain
@@ -146,3 +173,32 @@ def node_agent_revoke(*, actor: Actor, node: Node, now=None) -> AgentCredential:
     if credential is None:
         raise ApplicationError(f"Node {node.name} has no active agent credential.", status=409)
     return agent_credential_revoke(actor=actor, credential=credential, now=now)
+
+
+# --- agents waiting for an admin -----------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def pending_agent_decide(*, actor: Actor, pending: PendingAgent, approve: bool, now=None) -> PendingAgent:
+    """Approve (the agent collects a credential at its next call; the node's current one is revoked then) or reject
+    (its next call gets 403 and it stops) an agent's request to register an existing node; 409 once decided."""
+    now = now or timezone.now()
+    status = PendingAgent.Status.APPROVED if approve else PendingAgent.Status.REJECTED
+    decided_by = actor.user if getattr(actor.user, "pk", None) else None
+    if not PendingAgent.objects.filter(pk=pending.pk, status=PendingAgent.Status.PENDING).update(
+        status=status, decided_at=now, decided_by=decided_by
+    ):
+        pending.refresh_from_db()
+        raise ApplicationError(
+            f"The request {pending.fingerprint} for node {pending.node.name} is {pending.status} already.", status=409
+        )
+    pending.refresh_from_db()
+    audit_record(
+        actor=actor,
+        action="node.agent_register_approve" if approve else "node.agent_register_reject",
+        obj=pending.node,
+        before={"request": pending.fingerprint, "status": PendingAgent.Status.PENDING},
+        after={"request": pending.fingerprint, "status": status, "address": pending.address},
+        now=now,
+    )
+    return pending

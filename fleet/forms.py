@@ -33,7 +33,25 @@ class AgentJoinTokenForm(forms.Form):
     )
     expires_in_hours.unit = "hours"  # shown after the input (core/_field_unit.html)
     max_uses = forms.IntegerField(
-        min_value=1, required=False, label="Registrations, at most", help_text="empty: any number until it expires"
+        min_value=1,
+        required=False,
+        label="Registrations, at most",
+        help_text="new nodes; 1: single-use; empty: any number until it expires",
+    )
+    node_name_pattern = forms.CharField(
+        max_length=253,
+        required=False,
+        label="Node names",
+        help_text="pattern with * and ?, e.g. rack-b12-*; empty: any",
+        widget=forms.TextInput(attrs={"placeholder": "rack-b12-*", "spellcheck": "false"}),
+    )
+    service_account = forms.CharField(
+        max_length=317,
+        required=False,
+        label="Kubernetes service account",
+        help_text="namespace:name: agents also present its token, reviewed by the cluster, and register as their "
+        "pod's node (the DaemonSet in deploy/); empty: no review",
+        widget=forms.TextInput(attrs={"placeholder": "tessera-system:tessera-agent", "spellcheck": "false"}),
     )
 
     # Service error keys that are not form fields of the same name.

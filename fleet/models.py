@@ -341,7 +341,9 @@ class Pod(models.Model):
 class AgentJoinToken(models.Model):
     """A secret that node agents of one cluster trade for their own credentials; only its SHA-256 is stored.
 
-    One token serves a whole cluster (a DaemonSet's Secret) until it expires, is revoked or reaches max_uses.
+    It registers new nodes (until it expires, is revoked or reaches max_uses; only names matching its pattern). An
+    existing node is registered again only with its current credential, an admin's approval (PendingAgent), or a
+    service-account token the cluster vouches for (`service_account`): the token alone never takes over a node.
     """
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="agent_join_tokens")
@@ -352,6 +354,17 @@ class AgentJoinToken(models.Model):
     expires_at = models.DateTimeField()
     max_uses = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: any number until it expires.")
     uses = models.PositiveIntegerField(default=0)
+    node_name_pattern = models.CharField(
+        max_length=253,
+        blank=True,
+        help_text="Shell-style pattern (fnmatch, e.g. rack-b12-*) the node names it registers must match; empty: any.",
+    )
+    service_account = models.CharField(
+        max_length=317,
+        blank=True,
+        help_text="namespace:name of a Kubernetes service account: agents must also present its token, reviewed by "
+        "the cluster's API server (TokenReview), and register as the node their pod runs on; empty: no review.",
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
@@ -427,3 +440,77 @@ class GpuEvent(models.Model):
 
     def __str__(self):
         return f"{self.gpu} {self.kind} {self.code} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class UuidConflict(models.Model):
+    """A GPU or MIG device UUID an agent reported while another live node holds it: the report was refused (409),
+    since a node speaks only for its own GPUs. Open (shown on both nodes' pages) until a report of `node` is
+    accepted again: it no longer names the UUID, or the holder no longer holds it (it stopped reporting it, or is
+    gone)."""
+
+    class Kind(models.TextChoices):
+        GPU = "gpu", "GPU"
+        MIG = "mig", "MIG device"
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="uuid_claims", help_text="The reporter.")
+    holder = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="uuid_claims_held")
+    uuid = models.CharField(max_length=64)
+    kind = models.CharField(max_length=3, choices=Kind.choices)
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    reports = models.PositiveIntegerField(default=1, help_text="Reports refused for it so far.")
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-first_seen_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node", "uuid"],
+                condition=Q(resolved_at__isnull=True),
+                name="%(app_label)s_%(class)s_one_open_per_node_and_uuid",
+            ),
+        ]
+        indexes = [models.Index(fields=["holder", "resolved_at"])]
+
+    def __str__(self):
+        return f"{self.node.name} claims {self.kind} {self.uuid} of {self.holder.name}"
+
+
+class PendingAgent(models.Model):
+    """An agent asking to register a node that exists already, without its current credential (its state was lost,
+    or it impersonates the node): it waits for an admin. Bound to a random key the agent keeps, so only the agent
+    that asked collects the credential once approved; its fingerprint is in the agent's log and on the admin page."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Waiting for an admin"
+        APPROVED = "approved", "Approved: the agent collects its credential at its next call"
+        REJECTED = "rejected", "Rejected"
+        COMPLETED = "completed", "Registered"
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="pending_agents")
+    join_token = models.ForeignKey(
+        AgentJoinToken, on_delete=models.SET_NULL, null=True, blank=True, related_name="pending_agents"
+    )
+    key_hash = models.CharField(max_length=64, editable=False, help_text="SHA-256 of the agent's request key.")
+    agent_version = models.CharField(max_length=50, blank=True)
+    address = models.CharField(max_length=45, blank=True, help_text="The client address it asked from.")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    requested_at = models.DateTimeField()
+    last_asked_at = models.DateTimeField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+
+    class Meta:
+        ordering = ["-requested_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "key_hash"], name="%(app_label)s_%(class)s_one_per_node_and_key"),
+        ]
+        indexes = [models.Index(fields=["status", "-requested_at"])]
+
+    def __str__(self):
+        return f"{self.node.name} ({self.fingerprint})"
+
+    @property
+    def fingerprint(self) -> str:
+        """What the agent logs (agent.protocol.request_fingerprint): the admin matches the two before approving."""
+        return self.key_hash[:16]

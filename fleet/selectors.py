@@ -10,7 +10,17 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from fleet.choices import ConfigState, GpuHealth, SharingMode
-from fleet.models import AgentCredential, Cluster, Gpu, GpuEvent, MigDevice, Node, NodePool
+from fleet.models import (
+    AgentCredential,
+    Cluster,
+    Gpu,
+    GpuEvent,
+    MigDevice,
+    Node,
+    NodePool,
+    PendingAgent,
+    UuidConflict,
+)
 from fleet.querysets import stale_q
 from sharing.mig import UnknownProductError, get_product
 
@@ -469,3 +479,24 @@ def gpu_events(gpu, limit: int = 50) -> list[GpuEvent]:
 def node_agent_credential(node: Node) -> AgentCredential | None:
     """The node's active agent credential, if its agent is registered."""
     return AgentCredential.objects.filter(node=node, revoked_at__isnull=True).first()
+
+
+def node_uuid_conflicts(node: Node) -> list[UuidConflict]:
+    """Open UUID conflicts the node is in, as the reporter refused or as the holder, oldest first."""
+    return list(
+        UuidConflict.objects.filter(Q(node=node) | Q(holder=node), resolved_at__isnull=True)
+        .select_related("node", "holder")
+        .order_by("first_seen_at", "pk")
+    )
+
+
+PENDING_AGENTS_SHOWN = 50
+
+
+def pending_agents() -> list[PendingAgent]:
+    """Agents waiting for an admin to approve their registration of an existing node, oldest first."""
+    return list(
+        PendingAgent.objects.filter(status=PendingAgent.Status.PENDING)
+        .select_related("node", "node__cluster", "join_token")
+        .order_by("requested_at", "pk")[:PENDING_AGENTS_SHOWN]
+    )

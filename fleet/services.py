@@ -258,9 +258,11 @@ def _pool_for(labels: dict, selector_pools, current_pool_id):
 
 @transaction.atomic
 def inventory_record(
-    *, cluster: Cluster, nodes: Sequence[NodeObservation], complete: bool = False, now=None
+    *, cluster: Cluster, nodes: Sequence[NodeObservation], complete: bool = False, move_live_gpus: bool = True, now=None
 ) -> InventoryResult:
-    """Record observed nodes idempotently, in bulk; with `complete`, nodes not reported are marked gone."""
+    """Record observed nodes idempotently, in bulk; with `complete`, nodes not reported are marked gone. Without
+    `move_live_gpus` (a node agent speaks for its own node only) a GPU live on another live node is never moved
+    here: storing it fails on its unique UUID (IntegrityError) instead."""
     now = now or timezone.now()
     result = InventoryResult()
     observed = {o.name: o for o in nodes}
@@ -320,11 +322,13 @@ def inventory_record(
     node_ids = {n.name: n.pk for n in [*to_create, *existing.values()]}
     with_gpus = [(node_ids[o.name], o) for o in observed.values() if o.gpus is not None]
     if with_gpus:
-        _record_gpus(with_gpus, now, result)
+        _record_gpus(with_gpus, now, result, move_live_gpus=move_live_gpus)
     return result
 
 
-def _record_gpus(with_gpus: list[tuple[int, NodeObservation]], now, result: InventoryResult) -> None:
+def _record_gpus(
+    with_gpus: list[tuple[int, NodeObservation]], now, result: InventoryResult, *, move_live_gpus: bool
+) -> None:
     node_ids = [node_id for node_id, _ in with_gpus]
     uuids = [g.uuid for _, o in with_gpus for g in o.gpus]
     existing: dict[str, Gpu] = {}
@@ -332,7 +336,10 @@ def _record_gpus(with_gpus: list[tuple[int, NodeObservation]], now, result: Inve
         existing.update({g.uuid: g for g in Gpu.objects.filter(node_id__in=chunk, gone_at__isnull=True)})
     # GPUs not live on these nodes: new ones, or ones that moved or came back (kept when gone, so found by UUID).
     for chunk in _chunks([u for u in uuids if u not in existing]):
-        existing.update({g.uuid: g for g in Gpu.objects.filter(uuid__in=chunk)})
+        elsewhere = Gpu.objects.filter(uuid__in=chunk)
+        if not move_live_gpus:
+            elsewhere = elsewhere.exclude(gone_at__isnull=True, node__gone_at__isnull=True)
+        existing.update({g.uuid: g for g in elsewhere})
 
     observed_uuids = set(uuids)
     gone = [g for g in existing.values() if g.gone_at is None and g.uuid not in observed_uuids]

@@ -12,4 +12,6 @@ urlpatterns = [
     path("gpus/", views.gpu_list, name="gpu_list"),
     path("agents/tokens/", views.agent_token_list, name="agent_token_list"),
     path("agents/tokens/<int:pk>/revoke/", views.agent_token_revoke, name="agent_token_revoke"),
+    path("agents/pending/<int:pk>/approve/", views.pending_agent_decide, {"approve": True}, name="pending_approve"),
+    path("agents/pending/<int:pk>/reject/", views.pending_agent_decide, {"approve": False}, name="pending_reject"),
 ]

@@ -19,7 +19,7 @@ from fleet import agent_credentials, selectors
 from fleet.choices import ClusterDriver
 from fleet.filtersets import GpuFilterSet
 from fleet.forms import AgentJoinTokenForm
-from fleet.models import AgentJoinToken, Cluster, Gpu, Node
+from fleet.models import AgentJoinToken, Cluster, Gpu, Node, PendingAgent
 from fleet.tables import PAGE_SIZE, node_table
 
 
@@ -93,6 +93,7 @@ def _join_token_page(request, form, *, created=None, status=200):
     context = {
         "form": form,
         "tokens": tokens,
+        "pending_agents": selectors.pending_agents(),
         "created": created,
         "server_url": request.build_absolute_uri("/").rstrip("/"),
         "agent_clusters": Cluster.objects.filter(driver=ClusterDriver.AGENT).count(),
@@ -130,6 +131,8 @@ def agent_token_list(request):
             name=data["name"],
             expires_at=timezone.now() + timedelta(hours=data["expires_in_hours"]),
             max_uses=data["max_uses"],
+            node_name_pattern=data["node_name_pattern"],
+            service_account=data["service_account"],
         )
     except ApplicationError as exc:
         form_add_service_errors(form, exc, fields=AgentJoinTokenForm.SERVICE_FIELDS)
@@ -151,6 +154,21 @@ def agent_token_revoke(request, pk):
         messages.error(request, exc.message)
     else:
         messages.success(request, f"Join token {token.name} revoked; nodes that joined with it keep running.")
+    return redirect_after_change(request, reverse("fleet:agent_token_list"))
+
+
+@role_required(Role.ADMIN)
+@require_POST
+def pending_agent_decide(request, pk, approve):
+    """Approve or reject an agent's request to register an existing node without its credential."""
+    pending = get_object_or_404(PendingAgent.objects.select_related("node"), pk=pk)
+    try:
+        agent_credentials.pending_agent_decide(actor=Actor.for_user(request.user), pending=pending, approve=approve)
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        done = "approved: it collects its credential at its next call" if approve else "rejected"
+        messages.success(request, f"Agent request {pending.fingerprint} for node {pending.node.name} {done}.")
     return redirect_after_change(request, reverse("fleet:agent_token_list"))
 
 

@@ -23,6 +23,8 @@ def handle(sim: Simulator, method: str, parts: list[str], query: dict[str, str],
         return sim.faults.as_dict()
     if route == ("POST", "settle"):
         return {"settled": sim.settle(float(query.get("timeout", "30")))}
+    if route == ("POST", "service-account-tokens"):
+        return sim.service_account_tokens.issue(body, sim.nodes)
     if route == ("POST", "workload"):
         return {
             "added": sim.add_workload(int(body.get("add", 0))),

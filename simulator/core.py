@@ -32,6 +32,7 @@ from simulator.resources import (
     VALIDATING_ADMISSION_POLICY_BINDINGS,
 )
 from simulator.server import ApiServer
+from simulator.serviceaccounts import ServiceAccountTokens
 from simulator.store import Store
 from simulator.workload import EXPORTER, OPERATOR_NAMESPACE, WORKLOAD_NAMESPACES, DaemonSets, Workload, exporter_service
 
@@ -98,6 +99,7 @@ class Simulator:
         self.nodes: dict[str, SimNode] = {}
         self.daemonsets = DaemonSets(self.store, cfg.seed)
         self.workload = Workload(self.store, cfg.seed)
+        self.service_account_tokens = ServiceAccountTokens()
         self.operator: GpuOperator | None = None
         self.url = ""
         self.kubeconfig_path = ""

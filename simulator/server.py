@@ -18,6 +18,7 @@ from simulator import control, protobuf, resources, tables
 from simulator.errors import ApiError
 from simulator.resources import NODES, PODS, ResourceType
 from simulator.selectors import build_matcher
+from simulator.serviceaccounts import TOKEN_REVIEW_PATH
 from simulator.workload import check_eviction
 
 if TYPE_CHECKING:
@@ -196,6 +197,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if path == "/metrics":
             self._send_metrics(query.get("node"))
+            return
+        if path == TOKEN_REVIEW_PATH and method == "POST":
+            self._send_json(201, self.server.sim.service_account_tokens.review(self._decode(body)))
             return
         if path == "/openapi/v3":
             self._send_json(200, {"paths": {}})  # no schemas are published; kubectl's commands here never ask

@@ -174,7 +174,7 @@ def simulated_agent(
     environment, the output to `<var_dir>/<name>.log`. Returns (process, log file) for `finish`."""
     log = open(var_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed by finish
     cmd = [sys.executable, "-m", "agent", "--server", url, "--simulate", "--seed", str(seed), "--gpus", "2",
-           "--no-workload", "--interval", "1", "--state-dir", str(state_dir), *extra]  # fmt: skip
+           "--no-workload", "--interval", "1", "--state-dir", str(state_dir), "--insecure-lab", *extra]  # fmt: skip
     env = child_env(var_dir, "memory://", TESSERA_JOIN_TOKEN=join_token)
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log
 

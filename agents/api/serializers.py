@@ -12,7 +12,7 @@ from rest_framework import serializers
 
 from agent import protocol
 from core.api.fields import RefField
-from fleet.models import AgentCredential, AgentJoinToken, Cluster
+from fleet.models import AgentCredential, AgentJoinToken, Cluster, PendingAgent
 
 # --- decoding: the protocol's codec, compiled -----------------------------------------------------------------------
 
@@ -181,6 +181,8 @@ class AgentJoinTokenSerializer(serializers.ModelSerializer):
             "expires_at",
             "max_uses",
             "uses",
+            "node_name_pattern",
+            "service_account",
             "state",
             "created_by",
             "created_at",
@@ -213,7 +215,25 @@ class AgentJoinTokenCreateSerializer(serializers.Serializer):
     description = serializers.CharField(required=False, allow_blank=True, default="")
     expires_at = serializers.DateTimeField(required=False, help_text="Default: 24 hours from now.")
     max_uses = serializers.IntegerField(
-        required=False, allow_null=True, min_value=1, help_text="Empty: any number of nodes until it expires."
+        required=False,
+        allow_null=True,
+        min_value=1,
+        help_text="Empty: any number of new nodes until it expires; 1: single-use.",
+    )
+    node_name_pattern = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=253,
+        help_text="Shell-style pattern (fnmatch) of the node names it registers, e.g. rack-b12-*; empty: any.",
+    )
+    service_account = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=317,
+        help_text="namespace:name: agents also present this service account's token, reviewed by the cluster's "
+        "API server, and register as their pod's node (deploy/agent-daemonset.yaml); empty: no review.",
     )
 
     def validate_expires_at(self, value):
@@ -232,4 +252,30 @@ class AgentCredentialSerializer(serializers.ModelSerializer):
     class Meta:
         model = AgentCredential
         fields = ["id", "node", "key_id", "join_token", "active", "created_at", "last_used_at", "revoked_at"]
+        read_only_fields = fields
+
+
+class PendingAgentSerializer(serializers.ModelSerializer):
+    """An agent asking to register an existing node without its credential; the fingerprint is in its log."""
+
+    node = RefField("node-detail", read_only=True)
+    join_token = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    fingerprint = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = PendingAgent
+        fields = [
+            "id",
+            "node",
+            "fingerprint",
+            "status",
+            "join_token",
+            "agent_version",
+            "address",
+            "requested_at",
+            "last_asked_at",
+            "decided_at",
+            "decided_by",
+        ]
         read_only_fields = fields

@@ -9,6 +9,7 @@ from agents.api import views
 router = SimpleRouter()
 router.register("agent-join-tokens", views.AgentJoinTokenViewSet)
 router.register("agent-credentials", views.AgentCredentialViewSet)
+router.register("pending-agents", views.PendingAgentViewSet)
 
 urlpatterns = [
     # The node agent's endpoints (agent/protocol.py): a node credential, never a user. First: the most called.

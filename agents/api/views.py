@@ -22,6 +22,7 @@ from agent.protocol import (
     ErrorBody,
     Outcome,
     ProtocolError,
+    RegisterPending,
     RegisterRequest,
     RegisterResponse,
     Report,
@@ -31,12 +32,13 @@ from agent.protocol import (
 from agents import credentials, outcomes, reports, selectors
 from agents.api import serializers as s
 from agents.authentication import AgentCredentialAuthentication, AgentRateThrottle, AgentRegisterThrottle, IsAgent
+from core.addresses import client_address
 from core.audit import Actor
 from core.exceptions import ApplicationError
 from core.roles import Role
 from fleet import agent_credentials
 from fleet.api.protocol import protocol_serializer
-from fleet.models import AgentCredential, AgentJoinToken, Node
+from fleet.models import AgentCredential, AgentJoinToken, Node, PendingAgent
 
 AGENT_TAG = "agent"
 mirror = protocol_serializer
@@ -46,6 +48,7 @@ ERRORS = {
     429: OpenApiResponse(ERROR, description="Throttled: retry later."),
 }
 INVALID = {400: OpenApiResponse(ERROR, description="The body breaks the protocol.")}
+FOREIGN = {409: OpenApiResponse(ERROR, description="The report names a GPU or MIG UUID another live node holds.")}
 
 
 def _decode(message_type, data):
@@ -117,16 +120,37 @@ class AgentRegisterView(AgentView):
         request=mirror(RegisterRequest),
         responses={
             201: mirror(RegisterResponse),
+            202: mirror(RegisterPending),
             **INVALID,
-            403: OpenApiResponse(ERROR, description="Join token unknown, expired, revoked, used up."),
+            403: OpenApiResponse(
+                ERROR,
+                description="Join token unknown, expired, revoked, used up or not for this node; the node exists "
+                "and the agent's credential, service-account token or approval request does not hold.",
+            ),
+            409: OpenApiResponse(ERROR, description="The node was registered meanwhile: ask again."),
             429: ERRORS[429],
+            503: OpenApiResponse(ERROR, description="The cluster's API server cannot review the token now."),
         },
     )
     def post(self, request):
         message = _decode(RegisterRequest, request.data)
         registration = credentials.agent_register(
-            join_token=message.join_token, hostname=message.hostname, agent_version=message.agent_version
+            join_token=message.join_token,
+            hostname=message.hostname,
+            agent_version=message.agent_version,
+            credential=message.credential,
+            service_account_token=message.service_account_token,
+            request_key=message.request_key,
+            address=client_address(request._request),
         )
+        if isinstance(registration, credentials.PendingRegistration):
+            pending = RegisterPending(
+                node_name=registration.node.name,
+                fingerprint=registration.fingerprint,
+                message=f"Node {registration.node.name} is registered already: an admin must approve this agent "
+                f"(request {registration.fingerprint}) in Tessera, under Agent join tokens.",
+            )
+            return Response(pending.to_dict(), status=status.HTTP_202_ACCEPTED)
         answer = RegisterResponse(
             node_id=registration.node.pk,
             node_name=registration.node.name,
@@ -147,6 +171,7 @@ class AgentReportView(AgentView):
             **INVALID,
             **ERRORS,
             403: OpenApiResponse(ERROR, description="The report names another node."),
+            **FOREIGN,
         },
     )
     def post(self, request):
@@ -189,7 +214,7 @@ class AgentOutcomeView(AgentView):
     @extend_schema(
         tags=[AGENT_TAG],
         request=mirror(Outcome),
-        responses={200: OpenApiResponse(description="Recorded: an empty object."), **INVALID, **ERRORS},
+        responses={200: OpenApiResponse(description="Recorded: an empty object."), **INVALID, **ERRORS, **FOREIGN},
     )
     def post(self, request):
         outcome = _decode(Outcome, request.data)
@@ -242,6 +267,33 @@ class AgentCredentialViewSet(viewsets.ReadOnlyModelViewSet):
             actor=Actor.from_request(request), credential=self.get_object()
         )
         return Response(self.get_serializer(credential).data)
+
+
+class PendingAgentViewSet(viewsets.ReadOnlyModelViewSet):
+    """Agents asking to register an existing node without its credential (admins): approve or reject each."""
+
+    queryset = PendingAgent.objects.select_related("node", "join_token", "decided_by").order_by("-requested_at", "-pk")
+    serializer_class = s.PendingAgentSerializer
+    action_roles = {"list": Role.ADMIN, "retrieve": Role.ADMIN, "approve": Role.ADMIN, "reject": Role.ADMIN}
+    filterset_fields = ["node", "status"]
+
+    @extend_schema(request=None, responses={200: s.PendingAgentSerializer, 409: ERROR})
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        """The agent collects its credential at its next call; the node's current credential is revoked then."""
+        return self._decide(request, approve=True)
+
+    @extend_schema(request=None, responses={200: s.PendingAgentSerializer, 409: ERROR})
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        """The agent's next call gets 403 and it stops; the node keeps its current credential."""
+        return self._decide(request, approve=False)
+
+    def _decide(self, request, *, approve: bool):
+        pending = agent_credentials.pending_agent_decide(
+            actor=Actor.from_request(request), pending=self.get_object(), approve=approve
+        )
+        return Response(self.get_serializer(pending).data)
 
 
 class NodeAgentRevokeView(APIView):

@@ -202,6 +202,9 @@ TESSERA = {
     # 0 writes each at once.
     "AGENT_REPORT_FLUSH_SECONDS": env.float("TESSERA_AGENT_REPORT_FLUSH_SECONDS", default=0.2),
     "API_MAX_PAGE_SIZE": 1000,
+    # Reverse proxies in front of Tessera that append the client's address to X-Forwarded-For (0: none; the header
+    # is then ignored, since a client can write it): throttles and audit key on the address they vouch for.
+    "TRUSTED_PROXY_COUNT": env.int("TESSERA_TRUSTED_PROXY_COUNT", default=0),
     # How often an in-flight node change is polled (waiting for idle GPUs, verifying MIG Manager's result).
     "STEP_POLL_SECONDS": env.float("TESSERA_STEP_POLL_SECONDS", default=2.0),
     # Strategy of the rollouts the reconcile loop starts on its own.

@@ -10,7 +10,7 @@ from fleet import selectors
 from fleet.choices import ClusterDriver
 from fleet.models import AgentCredential, Node
 from fleet.querysets import agent_stale_cutoff
-from fleet.selectors import gpu_events, node_agent_credential
+from fleet.selectors import gpu_events, node_agent_credential, node_uuid_conflicts
 from scheduling.selectors import desired_vs_observed, pool_states
 from sharing import display
 from sharing.models import NodePin, QoSComplianceReport, SharingProfile
@@ -73,6 +73,7 @@ def node_detail(request, pk):
         "qos": _node_qos(node, gpus),
         "credential": _agent_credential(node),
         "agent_stale": node.agent_last_seen_at is None or node.agent_last_seen_at < agent_stale_cutoff(),
+        "uuid_conflicts": node_uuid_conflicts(node),
     }
     if has_role(request.user, Role.OPERATOR):
         context["pin_profiles"] = SharingProfile.objects.only("pk", "name", "mode")

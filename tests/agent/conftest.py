@@ -15,8 +15,10 @@ from agent.protocol import (
     DesiredConfig,
     MigSettings,
     Outcome,
+    RegisterPending,
     RegisterRequest,
     Report,
+    request_fingerprint,
 )
 from sharing.render import MigDeviceSpec, render_mig_parted_config
 
@@ -35,6 +37,8 @@ class FakeTessera:
     def __init__(self):
         self.join_tokens = {JOIN_TOKEN}
         self.credentials: dict[str, int] = {}
+        self.approval_needed: set[str] = set()  # hostnames registered already: 202 until a request key is approved
+        self.approved_keys: set[str] = set()
         self.registrations: list[RegisterRequest] = []
         self.reports: list[Report] = []
         self.outcomes: list[Outcome] = []
@@ -49,6 +53,12 @@ class FakeTessera:
 
     def revoke_all(self):
         self.credentials.clear()
+
+    def waits_for_approval(self, request: RegisterRequest) -> bool:
+        """A registered hostname without its current credential or an approved key: as the real server answers."""
+        if request.hostname not in self.approval_needed or request.credential in self.credentials:
+            return False
+        return request.request_key not in self.approved_keys
 
     def _handler(self):
         fake = self
@@ -82,6 +92,12 @@ class FakeTessera:
                         if request.join_token not in fake.join_tokens:
                             return self._send(403, {"message": "Join token expired or revoked.", "errors": {}})
                         fake.registrations.append(request)
+                        if fake.waits_for_approval(request):
+                            pending = RegisterPending(
+                                request.hostname, request_fingerprint(request.request_key or ""), "Ask an admin."
+                            )
+                            return self._send(202, pending.to_dict())
+                        fake.credentials.pop(request.credential or "", None)
                         node_id = len(fake.registrations)
                         credential = f"cred-{node_id}-b7d01e"
                         fake.credentials[credential] = node_id

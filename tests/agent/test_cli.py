@@ -21,8 +21,9 @@ def agent_command(*args):
 
 
 def environment(**extra):
+    """This environment without TESSERA_* settings, plus TESSERA_INSECURE_LAB=1: the fake server speaks http://."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("TESSERA_")}
-    return {**env, **extra}
+    return {**env, "TESSERA_INSECURE_LAB": "1", **extra}
 
 
 def run_agent(*args, **extra_env):
@@ -69,10 +70,13 @@ def test_a_simulated_node_registers_reports_and_applies(fake_server, tmp_path):
 
 
 def test_settings_come_from_the_environment_and_a_revoked_credential_exits_3(fake_server, tmp_path):
-    env = {"TESSERA_SERVER": fake_server.url, "TESSERA_JOIN_TOKEN": JOIN_TOKEN, "TESSERA_HOSTNAME": "gpu-node-7"}
+    (tmp_path / "sa-token").write_text("projected-sa-token")
+    env = {"TESSERA_SERVER": fake_server.url, "TESSERA_JOIN_TOKEN": JOIN_TOKEN, "TESSERA_HOSTNAME": "gpu-node-7",
+           "TESSERA_SERVICE_ACCOUNT_TOKEN_FILE": str(tmp_path / "sa-token")}  # fmt: skip
     state = ["--state-dir", str(tmp_path / "state"), "--simulate", "--gpus", "1", "--once"]
     assert run_agent(*state, **env).returncode == 0
     assert fake_server.registrations[0].hostname == "gpu-node-7" and fake_server.reports[0].hostname == "gpu-node-7"
+    assert fake_server.registrations[0].service_account_token == "projected-sa-token"
 
     fake_server.revoke_all()
     result = run_agent(*state, **env)
@@ -113,14 +117,27 @@ def test_sigterm_stops_the_loop_cleanly(fake_server, tmp_path):
     ("args", "message"),
     [
         (["--join-token", "x"], "--server (or TESSERA_SERVER) is required"),
-        (["--server", "http://x", "--simulate", "--product", "NVIDIA-H100"], "did you mean"),
-        (["--server", "http://x", "--simulate", "--gpus", "0"], "--gpus must be 1 to 16"),
-        (["--server", "http://x", "--join-token-file", "/nonexistent/token"], "cannot read the join token file"),
+        (["--server", "https://x", "--simulate", "--product", "NVIDIA-H100"], "did you mean"),
+        (["--server", "https://x", "--simulate", "--gpus", "0"], "--gpus must be 1 to 16"),
+        (["--server", "https://x", "--join-token-file", "/nonexistent/token"], "cannot read the join token file"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_message(args, message):
     result = run_agent(*args)
     assert result.returncode == 2 and message in result.stderr
+
+
+def test_an_http_server_url_is_refused_unless_the_agent_is_told_it_is_a_lab(fake_server, tmp_path):
+    state = ["--state-dir", str(tmp_path / "state"), "--simulate", "--gpus", "1", "--once"]
+    for args, env in (
+        (["--server", fake_server.url, "--join-token", JOIN_TOKEN], {"TESSERA_INSECURE_LAB": ""}),
+        ([], {"TESSERA_SERVER": fake_server.url, "TESSERA_JOIN_TOKEN": JOIN_TOKEN, "TESSERA_INSECURE_LAB": "0"}),
+    ):
+        refused = run_agent(*args, *state, **env)
+        assert refused.returncode == 2 and "refusing the plain-HTTP server URL" in refused.stderr
+        assert "--insecure-lab" in refused.stderr and fake_server.registrations == []
+    allowed = run_agent("--server", fake_server.url, "--join-token", JOIN_TOKEN, "--insecure-lab", *state)
+    assert allowed.returncode == 0 and len(fake_server.registrations) == 1
 
 
 def test_a_state_directory_that_cannot_be_used_stops_the_agent_before_it_registers(fake_server, tmp_path):

@@ -8,8 +8,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _documents(name):
+    return {doc["kind"]: doc for doc in yaml.safe_load_all((ROOT / "deploy" / name).read_text())}
+
+
 def test_daemonset_runs_the_agent_privileged_on_gpu_nodes_with_a_host_state_dir():
-    (daemonset,) = yaml.safe_load_all((ROOT / "deploy/agent-daemonset.yaml").read_text())
+    daemonset = _documents("agent-daemonset.yaml")["DaemonSet"]
     assert (daemonset["kind"], daemonset["metadata"]["namespace"]) == ("DaemonSet", "tessera-system")
     pod = daemonset["spec"]["template"]["spec"]
     assert pod["hostPID"] is True and pod["runtimeClassName"] == "nvidia"
@@ -27,6 +31,24 @@ def test_daemonset_runs_the_agent_privileged_on_gpu_nodes_with_a_host_state_dir(
     mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
     assert volumes["state"]["hostPath"]["path"] == mounts["state"] == "/var/lib/tessera-agent"
     assert selector_matches(daemonset)
+
+
+def test_daemonset_agents_present_their_pods_service_account_token_for_tessera_only():
+    documents = _documents("agent-daemonset.yaml")
+    pod = documents["DaemonSet"]["spec"]["template"]["spec"]
+    account = documents["ServiceAccount"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"] == "tessera-agent"
+    assert pod["automountServiceAccountToken"] is False and account["automountServiceAccountToken"] is False
+    (container,) = pod["containers"]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
+    (source,) = {volume["name"]: volume for volume in pod["volumes"]}["tessera-token"]["projected"]["sources"]
+    token = source["serviceAccountToken"]
+    assert token["audience"] == "tessera" and token["expirationSeconds"] <= 3600
+    assert env["TESSERA_SERVICE_ACCOUNT_TOKEN_FILE"] == f"{mounts['tessera-token']}/{token['path']}"
+    (rule,) = documents["ClusterRole"]["rules"]
+    assert rule == {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}
+    assert documents["ClusterRoleBinding"]["roleRef"]["name"] == documents["ClusterRole"]["metadata"]["name"]
 
 
 def selector_matches(daemonset):

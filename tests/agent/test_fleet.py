@@ -18,7 +18,9 @@ def wait_for(condition, fake_server, timeout=10):
 
 def test_a_fleet_of_simulated_agents_registers_and_reports(fake_server, tmp_path):
     products = ("NVIDIA-H100-80GB-HBM3", "NVIDIA-A30")
-    fleet = start_fleet(fake_server.url, JOIN_TOKEN, 3, tmp_path, first_seed=10, products=products, interval=0.05)
+    fleet = start_fleet(
+        fake_server.url, JOIN_TOKEN, 3, tmp_path, first_seed=10, products=products, interval=0.05, insecure_lab=True
+    )
     try:
         assert wait_for(lambda reports: len({r.hostname for r in reports}) == 3, fake_server)
         fleet.agents[0].backend.sim.inject_xid(1, 79)  # each node stays reachable for fault injection

@@ -16,6 +16,7 @@ from agent.protocol import (
     SafetySettings,
     TimeSliceSettings,
     inventory_digest,
+    request_fingerprint,
 )
 from agent.runner import (
     CREDENTIAL_FILE,
@@ -42,7 +43,7 @@ def state_dir(tmp_path):
 def make_agent(fake_server, make_backend, state_dir):
     def make(backend=None, *, join_token=JOIN_TOKEN, clock=None, stop=None, **settings):
         options = {"clock": clock} if clock else {}
-        settings = AgentSettings(fake_server.url, state_dir, join_token, **settings)
+        settings = AgentSettings(fake_server.url, state_dir, join_token, insecure_lab=True, **settings)
         return Agent(settings, backend or make_backend(), stop=stop, **options)
 
     return make
@@ -83,6 +84,47 @@ def test_the_credential_is_private_and_reused_on_restart(fake_server, make_agent
     assert restarted.run() == EXIT_OK
     assert len(fake_server.registrations) == 1 and len(fake_server.reports) == 2
     assert load_credential(state_dir, "http://another-server:8000") is None
+
+
+def test_an_http_server_is_refused_before_the_join_token_is_sent(fake_server, make_backend, state_dir, caplog):
+    settings = AgentSettings(fake_server.url, state_dir, JOIN_TOKEN, once=True)
+    assert Agent(settings, make_backend()).run() == EXIT_USAGE
+    assert "refusing the plain-HTTP server URL" in caplog.text and fake_server.registrations == []
+
+
+def test_an_agent_registering_an_existing_node_waits_for_approval_with_one_key(
+    fake_server, make_agent, state_dir, caplog
+):
+    fake_server.approval_needed.add("sim-node-0")
+    assert make_agent(once=True).run() == EXIT_FAILED
+    key = fake_server.registrations[0].request_key
+    fingerprint = request_fingerprint(key)
+    assert f"waiting for an admin to approve request {fingerprint} for node sim-node-0" in caplog.text
+    assert key not in caplog.text and not (state_dir / "credential.json").exists()
+    assert make_agent(once=True).run() == EXIT_FAILED  # restarted: the same request, not a new one
+    assert fake_server.registrations[1].request_key == key
+    fake_server.approved_keys.add(key)
+    assert make_agent(once=True).run() == EXIT_OK
+    assert (state_dir / "credential.json").exists() and not (state_dir / "request-key.json").exists()
+    assert len(fake_server.reports) == 1
+
+
+def test_the_service_account_token_is_read_at_each_registration(fake_server, make_agent, tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text("projected-token-1\n")
+    assert make_agent(once=True, service_account_token_file=token_file).run() == EXIT_OK
+    assert fake_server.registrations[0].service_account_token == "projected-token-1"
+
+
+def test_rotating_presents_the_current_credential_and_keeps_the_new_one(fake_server, make_agent, state_dir):
+    assert make_agent(once=True).run() == EXIT_OK
+    old = json.loads((state_dir / "credential.json").read_text())["credential"]
+    fake_server.approval_needed.add("sim-node-0")  # the node exists now: only its credential re-registers it
+    assert make_agent(once=True, rotate_credential=True).run() == EXIT_OK
+    rotation = fake_server.registrations[1]
+    assert rotation.credential == old and rotation.request_key is None
+    new = json.loads((state_dir / "credential.json").read_text())["credential"]
+    assert new != old and old not in fake_server.credentials and len(fake_server.reports) == 2
 
 
 def test_no_credential_and_no_join_token_is_a_usage_error(make_agent, caplog):
@@ -248,13 +290,13 @@ class RecordingStop(threading.Event):
 
 def test_network_errors_back_off_exponentially_up_to_a_cap(make_backend, state_dir, caplog):
     stop = RecordingStop(waits=5)
-    settings = AgentSettings("http://127.0.0.1:9", state_dir, JOIN_TOKEN, interval=100)
+    settings = AgentSettings("http://127.0.0.1:9", state_dir, JOIN_TOKEN, interval=100, insecure_lab=True)
     assert Agent(settings, make_backend(), stop=stop).run() == EXIT_OK
     assert stop.delays == [100, 200, 300, 300, 300]
     assert caplog.text.count("server unreachable") == 5
     assert "Connection refused" in caplog.text
 
-    once = AgentSettings("http://127.0.0.1:9", state_dir, JOIN_TOKEN, once=True)
+    once = AgentSettings("http://127.0.0.1:9", state_dir, JOIN_TOKEN, once=True, insecure_lab=True)
     assert Agent(once, make_backend()).run() == EXIT_FAILED
 
 

@@ -19,7 +19,6 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from agent import protocol
-from agent.backends.simulated import SimulatedBackend
 from agent.protocol import (
     AppliedState,
     DesiredConfig,
@@ -44,6 +43,7 @@ from fleet.models import AgentCredential, AgentJoinToken, Gpu, GpuEvent, MigDevi
 from fleet.selectors import gpu_events
 from sharing import services as sharing_services
 from sharing.render import DevicePluginSpec
+from tests.agents.conftest import agent_client, clear_throttle_counts, register, report_of
 from tests.factories import ClusterFactory, NodeFactory, NodePoolFactory
 from worker import reconcile
 from worker import services as worker_services
@@ -51,7 +51,7 @@ from worker.choices import ChangeStatus
 from worker.drivers.agent import AgentDriver
 from worker.models import NodeChange, Rollout
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_throttle_counts_and_writes_at_once")]
 H100 = "NVIDIA-H100-80GB-HBM3"
 REGISTER, REPORT, DESIRED, OUTCOME = (
     protocol.REGISTER_PATH,
@@ -60,78 +60,6 @@ REGISTER, REPORT, DESIRED, OUTCOME = (
     protocol.OUTCOME_PATH,
 )
 TIMESTAMPS = {"last_seen_at", "agent_last_seen_at", "metrics_at", "updated_at", "last_used_at"}
-
-
-def _clear_throttle_counts():
-    for throttle in (AgentRateThrottle, AgentRegisterThrottle):
-        throttle.counts._reset()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_throttle_counts_and_writes_at_once(settings):
-    settings.TESSERA = {**settings.TESSERA, "AGENT_REPORT_FLUSH_SECONDS": 0}
-    _clear_throttle_counts()
-    yield
-    _clear_throttle_counts()
-
-
-@pytest.fixture
-def cluster():
-    return ClusterFactory(name="lab", driver="agent", kubeconfig_path="")
-
-
-@pytest.fixture
-def join_token(cluster, admin_user):
-    _, plain = agent_credentials.agent_join_token_create(actor=Actor.for_user(admin_user), cluster=cluster, name="lab")
-    return plain
-
-
-@pytest.fixture
-def backends():
-    made = []
-
-    def make(seed=0, gpus=2):
-        backend = SimulatedBackend(seed=seed, gpus=gpus, workload=False)
-        made.append(backend)
-        return backend
-
-    yield make
-    for backend in made:
-        backend.close()
-
-
-def _report(backend, *, hostname=None, applied=None, xids=(), gpus=None) -> Report:
-    snapshot = backend.snapshot()
-    return Report(
-        agent_version="0.1.0",
-        hostname=hostname or snapshot.hostname,
-        driver_version=snapshot.driver_version,
-        cuda_version=snapshot.cuda_version,
-        numa_nodes=snapshot.numa_nodes,
-        gpus=snapshot.gpus if gpus is None else gpus,
-        xid_events=tuple(xids),
-        host=snapshot.host,
-        applied=applied,
-    )
-
-
-def _register(token, hostname, client=None):
-    client = client or APIClient()
-    return client.post(REGISTER, {"join_token": token, "hostname": hostname, "agent_version": "0.1.0"}, format="json")
-
-
-def _agent(credential) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {credential}")
-    return client
-
-
-@pytest.fixture
-def node_a(join_token, backends):
-    """A registered node with 2 simulated H100s: (backend, node, agent client)."""
-    backend = backends(seed=1)
-    answer = _register(join_token, backend.snapshot().hostname).json()
-    return backend, Node.objects.get(pk=answer["node_id"]), _agent(answer["credential"])
 
 
 def _rows(node) -> dict:
@@ -181,7 +109,7 @@ def test_revoking_a_join_token(admin_api, cluster, join_token):
     token = AgentJoinToken.objects.get()
     assert admin_api.post(f"/api/v1/agent-join-tokens/{token.pk}/revoke/").json()["state"] == "revoked"
     assert admin_api.post(f"/api/v1/agent-join-tokens/{token.pk}/revoke/").status_code == 409
-    refused = _register(join_token, "node-x")
+    refused = register(join_token, "node-x")
     assert refused.status_code == 403 and "revoked" in refused.json()["message"]
 
 
@@ -189,7 +117,7 @@ def test_revoking_a_join_token(admin_api, cluster, join_token):
 
 
 def test_register_creates_the_node_and_a_credential_for_it(join_token, cluster):
-    answer = _register(join_token, "gpu-node-1")
+    answer = register(join_token, "gpu-node-1")
     assert answer.status_code == 201
     body = answer.json()
     assert set(body) == {"node_id", "node_name", "credential", "interval_seconds"}
@@ -222,12 +150,12 @@ def test_register_refuses_bad_join_tokens(case, message, cluster, admin_user):
     elif case == "revoked":
         agent_credentials.agent_join_token_revoke(actor=Actor.for_user(admin_user), token=token)
     elif case == "used_up":
-        assert _register(plain, "first").status_code == 201
+        assert register(plain, "first").status_code == 201
     elif case == "unknown":
         plain = plain[:-4] + "AAAA"
     else:
         plain = "not-a-token"
-    answer = _register(plain, "second")
+    answer = register(plain, "second")
     assert answer.status_code == 403
     assert message in answer.json()["message"] and answer.json()["errors"] == {}
     assert not Node.objects.filter(name="second").exists()
@@ -237,22 +165,27 @@ def test_register_validates_the_body(join_token):
     missing = APIClient().post(REGISTER, {"join_token": join_token, "hostname": "n"}, format="json")
     assert missing.status_code == 400
     assert missing.json()["errors"] == {"agent_version": ["is required"]}
-    bad = _register(join_token, "no spaces allowed")
+    bad = register(join_token, "no spaces allowed")
     assert bad.status_code == 400 and "hostname" in bad.json()["errors"]
 
 
-def test_reregistering_the_same_hostname_keeps_the_node_and_revokes_the_old_credential(node_a, join_token):
-    backend, node, old_client = node_a
-    assert old_client.post(REPORT, _report(backend).to_dict(), format="json").status_code == 200
-    again = _register(join_token, node.name).json()
+def test_reregistering_with_the_current_credential_keeps_the_node_and_revokes_the_old_one(join_token, backends):
+    backend = backends(seed=1)
+    first = register(join_token, backend.snapshot().hostname).json()
+    node, old_client = Node.objects.get(pk=first["node_id"]), agent_client(first["credential"])
+    assert old_client.post(REPORT, report_of(backend).to_dict(), format="json").status_code == 200
+    again = register(join_token, node.name, fields={"credential": first["credential"]}).json()
     assert again["node_id"] == node.pk
     assert Node.objects.filter(name=node.name).count() == 1
     assert AgentCredential.objects.filter(node=node).count() == 2
     assert AgentCredential.objects.filter(node=node, revoked_at__isnull=True).count() == 1
-    refused = old_client.post(REPORT, _report(backend).to_dict(), format="json")
+    assert AgentJoinToken.objects.get().uses == 1  # only new nodes count against the token
+    refused = old_client.post(REPORT, report_of(backend).to_dict(), format="json")
     assert refused.status_code == 401
     assert refused.json() == {"message": "Agent credential revoked or unknown.", "errors": {}}
-    assert _agent(again["credential"]).post(REPORT, _report(backend).to_dict(), format="json").status_code == 200
+    assert (
+        agent_client(again["credential"]).post(REPORT, report_of(backend).to_dict(), format="json").status_code == 200
+    )
 
 
 # --- reports -----------------------------------------------------------------------------------------------------
@@ -261,7 +194,7 @@ def test_reregistering_the_same_hostname_keeps_the_node_and_revokes_the_old_cred
 def test_report_records_inventory_metrics_and_processes(node_a):
     backend, node, client = node_a
     pid = backend.sim.start_process(0, used_mib=2048)
-    report = _report(backend)
+    report = report_of(backend)
     answer = client.post(REPORT, report.to_dict(), format="json")
     assert answer.status_code == 200 and answer.json() == {"desired_config_id": None}
     node.refresh_from_db()
@@ -286,13 +219,13 @@ def test_report_records_inventory_metrics_and_processes(node_a):
 def test_the_same_report_twice_changes_no_rows_and_costs_two_writes(node_a):
     backend, node, client = node_a
     backend.apply_mig(backend.plan_mig(_mig({"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1})))
-    body = _report(backend, xids=[XidEvent(backend.snapshot().gpus[0].uuid, 13, "2026-11-22T01:00:00.000001Z")])
+    body = report_of(backend, xids=[XidEvent(backend.snapshot().gpus[0].uuid, 13, "2026-11-22T01:00:00.000001Z")])
     client.post(REPORT, body.to_dict(), format="json")
     before = _rows(node)
     client.post(REPORT, body.to_dict(), format="json")
     assert _rows(node) == before
     assert GpuEvent.objects.count() == 1
-    plain = _report(backend)  # no XID events: the usual report
+    plain = report_of(backend)  # no XID events: the usual report
     client.post(REPORT, plain.to_dict(), format="json")
     with CaptureQueriesContext(connection) as queries:
         assert client.post(REPORT, plain.to_dict(), format="json").status_code == 200
@@ -310,11 +243,11 @@ def _vouched(report: Report) -> Report:
 
 def test_a_report_of_recorded_inventory_is_read_for_its_metrics_alone(node_a):
     backend, node, client = node_a
-    first = _vouched(_report(backend))
+    first = _vouched(report_of(backend))
     client.post(REPORT, first.to_dict(), format="json")  # inventory the server has not seen: read whole
     assert Node.objects.get(pk=node.pk).agent_report_hash == first.inventory_digest
     backend.sim.start_process(1, used_mib=4096)
-    body = _vouched(_report(backend)).to_dict()
+    body = _vouched(report_of(backend)).to_dict()
     # The digest vouches for the inventory, sent and validated before (a credential speaks for its node only).
     body["driver_version"] = "999.0"
     assert client.post(REPORT, body, format="json").json() == {"desired_config_id": None}
@@ -328,8 +261,8 @@ def test_a_report_of_recorded_inventory_is_read_for_its_metrics_alone(node_a):
 
 def test_a_report_with_a_digest_the_server_has_not_recorded_or_with_events_is_read_whole(node_a):
     backend, node, client = node_a
-    client.post(REPORT, _vouched(_report(backend)).to_dict(), format="json")
-    upgraded = _vouched(dataclasses.replace(_report(backend), driver_version="999.0"))
+    client.post(REPORT, _vouched(report_of(backend)).to_dict(), format="json")
+    upgraded = _vouched(dataclasses.replace(report_of(backend), driver_version="999.0"))
     client.post(REPORT, upgraded.to_dict(), format="json")
     assert Node.objects.get(pk=node.pk).driver_version == "999.0"
     uuid = backend.snapshot().gpus[0].uuid
@@ -344,9 +277,9 @@ def test_a_report_with_a_digest_the_server_has_not_recorded_or_with_events_is_re
 )
 def test_metrics_the_database_cannot_hold_are_refused_by_field_on_either_path(node_a, name, value):
     backend, node, client = node_a
-    client.post(REPORT, _vouched(_report(backend)).to_dict(), format="json")
+    client.post(REPORT, _vouched(report_of(backend)).to_dict(), format="json")
     seen = Node.objects.get(pk=node.pk).agent_last_seen_at
-    for body in (_vouched(_report(backend)).to_dict(), _report(backend).to_dict()):  # metrics alone; read whole
+    for body in (_vouched(report_of(backend)).to_dict(), report_of(backend).to_dict()):  # metrics alone; read whole
         body["gpus"][1][name] = value
         answer = client.post(REPORT, body, format="json")
         assert answer.status_code == 400, answer.content
@@ -357,8 +290,8 @@ def test_metrics_the_database_cannot_hold_are_refused_by_field_on_either_path(no
 
 def test_a_report_read_for_its_metrics_must_still_carry_every_field_of_a_report(node_a):
     backend, node, client = node_a
-    client.post(REPORT, _vouched(_report(backend)).to_dict(), format="json")
-    body = _vouched(_report(backend)).to_dict()
+    client.post(REPORT, _vouched(report_of(backend)).to_dict(), format="json")
+    body = _vouched(report_of(backend)).to_dict()
     del body["driver_version"]
     answer = client.post(REPORT, body, format="json")
     assert answer.status_code == 400 and answer.json()["errors"] == {"driver_version": ["is required"]}
@@ -367,13 +300,13 @@ def test_a_report_read_for_its_metrics_must_still_carry_every_field_of_a_report(
 def test_a_failing_flush_writes_each_nodes_reports_on_their_own(node_a, join_token, backends, settings):
     backend, node, client = node_a
     other = backends(seed=2)
-    answer = _register(join_token, other.snapshot().hostname).json()
-    other_node, other_client = Node.objects.get(pk=answer["node_id"]), _agent(answer["credential"])
-    for agent, body in ((client, _report(backend)), (other_client, _report(other))):
+    answer = register(join_token, other.snapshot().hostname).json()
+    other_node, other_client = Node.objects.get(pk=answer["node_id"]), agent_client(answer["credential"])
+    for agent, body in ((client, report_of(backend)), (other_client, report_of(other))):
         agent.post(REPORT, body.to_dict(), format="json")  # new inventory: written at once
     settings.TESSERA = {**settings.TESSERA, "AGENT_REPORT_FLUSH_SECONDS": 60}
     seen = dict(Node.objects.filter(pk__in=[node.pk, other_node.pk]).values_list("pk", "agent_last_seen_at"))
-    for agent, body in ((client, _report(backend)), (other_client, _report(other))):
+    for agent, body in ((client, report_of(backend)), (other_client, report_of(other))):
         assert agent.post(REPORT, body.to_dict(), format="json").status_code == 200
     # A row the database refuses (past the checks of the report path): only its own node's writes are lost.
     metric_rows, _ = report_buffer.pending[node.pk]
@@ -385,12 +318,12 @@ def test_a_failing_flush_writes_each_nodes_reports_on_their_own(node_a, join_tok
 
 def test_unchanged_reports_are_written_by_the_next_flush_when_buffered(node_a, settings):
     backend, node, client = node_a
-    client.post(REPORT, _report(backend).to_dict(), format="json")  # new inventory: written at once
+    client.post(REPORT, report_of(backend).to_dict(), format="json")  # new inventory: written at once
     seen = Node.objects.get(pk=node.pk).agent_last_seen_at
     settings.TESSERA = {**settings.TESSERA, "AGENT_REPORT_FLUSH_SECONDS": 60}
     backend.sim.start_process(1, used_mib=4096)
     with CaptureQueriesContext(connection) as queries:
-        assert client.post(REPORT, _report(backend).to_dict(), format="json").status_code == 200
+        assert client.post(REPORT, report_of(backend).to_dict(), format="json").status_code == 200
     assert not any(q["sql"].startswith("UPDATE") for q in queries)
     assert Node.objects.get(pk=node.pk).agent_last_seen_at == seen
     assert report_buffer.flush() == 1
@@ -415,7 +348,7 @@ def test_report_records_mig_devices_with_placements_and_users(node_a):
     backend.apply_mig(backend.plan_mig(_mig({"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1})))
     snapshot = backend.snapshot()
     pid = backend.sim.start_process(1, used_mib=500, gpu_instance_id=snapshot.gpus[1].mig_devices[0].gpu_instance_id)
-    report = _report(backend)
+    report = report_of(backend)
     client.post(REPORT, report.to_dict(), format="json")
     node.refresh_from_db()
     assert node.observed_mode == "mig"
@@ -436,26 +369,26 @@ def test_report_records_mig_devices_with_placements_and_users(node_a):
 
 def test_pending_mig_mode_is_recorded(node_a):
     backend, node, client = node_a
-    gpus = _report(backend).gpus
+    gpus = report_of(backend).gpus
     pending = (dataclasses.replace(gpus[0], mig_mode_pending=True), gpus[1])
-    client.post(REPORT, _report(backend, gpus=pending).to_dict(), format="json")
+    client.post(REPORT, report_of(backend, gpus=pending).to_dict(), format="json")
     assert Gpu.objects.get(uuid=gpus[0].uuid).mig_pending is True
     assert Gpu.objects.get(uuid=gpus[1].uuid).mig_pending is None
 
 
 def test_xid_and_ecc_events_are_recorded_once(node_a):
     backend, node, client = node_a
-    gpu = _report(backend).gpus[0]
+    gpu = report_of(backend).gpus[0]
     xid = XidEvent(gpu.uuid, 79, "2026-11-22T01:02:03.456789Z")
-    client.post(REPORT, _report(backend, xids=[xid]).to_dict(), format="json")
-    client.post(REPORT, _report(backend, xids=[xid]).to_dict(), format="json")  # the agent re-sent it
+    client.post(REPORT, report_of(backend, xids=[xid]).to_dict(), format="json")
+    client.post(REPORT, report_of(backend, xids=[xid]).to_dict(), format="json")  # the agent re-sent it
     stored = Gpu.objects.get(uuid=gpu.uuid)
     (event,) = gpu_events(stored)
     assert (event.kind, event.code) == ("xid", 79) and "fallen off the bus" in event.message
     assert stored.last_xid == 79 and stored.health == "unhealthy"
     backend.sim.add_ecc_errors(1, uncorrected=2)
-    client.post(REPORT, _report(backend).to_dict(), format="json")
-    client.post(REPORT, _report(backend).to_dict(), format="json")
+    client.post(REPORT, report_of(backend).to_dict(), format="json")
+    client.post(REPORT, report_of(backend).to_dict(), format="json")
     other = Gpu.objects.get(node=node, index=1)
     (ecc,) = gpu_events(other)
     assert (ecc.kind, ecc.code) == ("ecc", 2) and "2 new uncorrectable" in ecc.message
@@ -465,7 +398,7 @@ def test_xid_and_ecc_events_are_recorded_once(node_a):
 
 def test_report_validation_uses_the_error_shape(node_a):
     backend, _, client = node_a
-    body = _report(backend).to_dict()
+    body = report_of(backend).to_dict()
     del body["gpus"][0]["uuid"]
     answer = client.post(REPORT, body, format="json")
     assert answer.status_code == 400
@@ -481,17 +414,17 @@ def test_report_validation_uses_the_error_shape(node_a):
 def test_a_credential_reports_for_its_own_node_only(node_a, join_token, backends):
     backend_a, node_a_row, client_a = node_a
     backend_b = backends(seed=2)
-    answer_b = _register(join_token, backend_b.snapshot().hostname).json()
-    client_b = _agent(answer_b["credential"])
+    answer_b = register(join_token, backend_b.snapshot().hostname).json()
+    client_b = agent_client(answer_b["credential"])
     node_b = Node.objects.get(pk=answer_b["node_id"])
-    client_b.post(REPORT, _report(backend_b).to_dict(), format="json")
+    client_b.post(REPORT, report_of(backend_b).to_dict(), format="json")
     before_b = _rows(node_b)
     # A's credential cannot report B's inventory: the report names B.
-    stolen = client_a.post(REPORT, _report(backend_b).to_dict(), format="json")
+    stolen = client_a.post(REPORT, report_of(backend_b).to_dict(), format="json")
     assert stolen.status_code == 403 and node_a_row.name in stolen.json()["message"]
     # A's own report, with an XID for one of B's GPUs smuggled in, changes A only.
-    foreign = XidEvent(_report(backend_b).gpus[0].uuid, 48, "2026-11-22T01:00:00Z")
-    assert client_a.post(REPORT, _report(backend_a, xids=[foreign]).to_dict(), format="json").status_code == 200
+    foreign = XidEvent(report_of(backend_b).gpus[0].uuid, 48, "2026-11-22T01:00:00Z")
+    assert client_a.post(REPORT, report_of(backend_a, xids=[foreign]).to_dict(), format="json").status_code == 200
     assert _rows(node_b) == before_b
     assert Gpu.objects.filter(node=node_a_row).count() == 2 and not GpuEvent.objects.exists()
 
@@ -517,13 +450,13 @@ def test_node_credentials_are_refused_by_the_user_api(node_a, method, url):
 
 def test_user_sessions_and_tokens_are_refused_by_agent_endpoints(node_a, admin_user):
     backend, _, _ = node_a
-    body = _report(backend, hostname=node_a[1].name).to_dict()
+    body = report_of(backend, hostname=node_a[1].name).to_dict()
     session = Client()
     session.force_login(admin_user)
     token = Token.objects.create(user=admin_user)
     with_token = APIClient()
     with_token.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
-    bearer_user_token = _agent(token.key)
+    bearer_user_token = agent_client(token.key)
     for client in (session, with_token, bearer_user_token, APIClient()):
         assert client.post(REPORT, body, content_type="application/json").status_code == 401
         assert client.get(DESIRED).status_code == 401
@@ -535,7 +468,7 @@ def test_revoked_credentials_get_401_with_the_message(node_a, admin_api):
     revoked = admin_api.post(f"/api/v1/nodes/{node.pk}/revoke-agent/")
     assert revoked.status_code == 200 and revoked.json()["active"] is False
     assert AuditEvent.objects.filter(action="node.agent_revoke", object_id=str(node.pk)).exists()
-    answer = client.post(REPORT, _report(backend).to_dict(), format="json")
+    answer = client.post(REPORT, report_of(backend).to_dict(), format="json")
     assert answer.status_code == 401
     assert answer.json()["message"].lower().rstrip(".") == "agent credential revoked or unknown"
     assert answer["WWW-Authenticate"].startswith("Bearer")
@@ -549,11 +482,11 @@ def test_agent_endpoints_are_throttled(node_a, monkeypatch):
     assert AgentRegisterView.throttle_classes == [AgentRegisterThrottle] and AgentRegisterThrottle.scope == "agent"
     backend, _, client = node_a
     monkeypatch.setattr(AgentRateThrottle, "THROTTLE_RATES", {"agent": "2/min"})
-    body = _report(backend).to_dict()
+    body = report_of(backend).to_dict()
     assert [client.post(REPORT, body, format="json").status_code for _ in range(3)] == [200, 200, 429]
     monkeypatch.setattr(AgentRegisterThrottle, "THROTTLE_RATES", {"agent": "1/min"})
-    _clear_throttle_counts()  # node_a's registration counted already
-    assert [_register("x", "n").status_code for _ in range(2)] == [403, 429]
+    clear_throttle_counts()  # node_a's registration counted already
+    assert [register("x", "n").status_code for _ in range(2)] == [403, 429]
 
 
 # --- desired configs and outcomes ----------------------------------------------------------------------------------
@@ -563,7 +496,7 @@ def test_agent_endpoints_are_throttled(node_a, monkeypatch):
 def rollout_on_a(node_a, admin_user):
     """A MIG profile assigned to node A's pool, its rollout started: the change is verifying (the agent's turn)."""
     backend, node, client = node_a
-    client.post(REPORT, _report(backend).to_dict(), format="json")
+    client.post(REPORT, report_of(backend).to_dict(), format="json")
     pool = NodePoolFactory(cluster=node.cluster)
     Node.objects.filter(pk=node.pk).update(pool=pool)
     actor = Actor.for_user(admin_user)
@@ -582,7 +515,7 @@ def rollout_on_a(node_a, admin_user):
 def test_desired_config_of_a_change(rollout_on_a):
     backend, node, client, change = rollout_on_a
     config_id = change.to_config["config_id"]
-    assert client.post(REPORT, _report(backend).to_dict(), format="json").json() == {"desired_config_id": config_id}
+    assert client.post(REPORT, report_of(backend).to_dict(), format="json").json() == {"desired_config_id": config_id}
     desired = DesiredConfig.from_dict(client.get(DESIRED).json())
     assert (desired.config_id, desired.change_id) == (config_id, change.pk)
     assert desired.mig.selected == change.applied_mig_config == change.to_config["mig_config"]
@@ -623,7 +556,7 @@ def test_succeeded_outcome_lets_the_engine_verify(rollout_on_a, django_capture_o
     desired = DesiredConfig.from_dict(client.get(DESIRED).json())
     applied = _apply(backend, desired)
     outcome = Outcome(
-        change.pk, desired.config_id, "succeeded", "MIG config applied", _report(backend, applied=applied)
+        change.pk, desired.config_id, "succeeded", "MIG config applied", report_of(backend, applied=applied)
     )
     with django_capture_on_commit_callbacks(execute=True):
         assert client.post(OUTCOME, outcome.to_dict(), format="json").status_code == 200
@@ -640,7 +573,7 @@ def test_succeeded_outcome_lets_the_engine_verify(rollout_on_a, django_capture_o
     with django_capture_on_commit_callbacks(execute=True):
         assert client.post(OUTCOME, outcome.to_dict(), format="json").status_code == 200
     assert _rows(node) == before
-    assert client.post(REPORT, _report(backend, applied=applied).to_dict(), format="json").json() == {
+    assert client.post(REPORT, report_of(backend, applied=applied).to_dict(), format="json").json() == {
         "desired_config_id": None
     }
     assert DesiredConfig.from_dict(client.get(DESIRED).json()).change_id is None
@@ -649,7 +582,7 @@ def test_succeeded_outcome_lets_the_engine_verify(rollout_on_a, django_capture_o
 
 def test_failed_outcome_fails_the_change_and_rolls_back(rollout_on_a, django_capture_on_commit_callbacks):
     backend, node, client, change = rollout_on_a
-    outcome = Outcome(change.pk, change.to_config["config_id"], "failed", "GPU 1: reset failed", _report(backend))
+    outcome = Outcome(change.pk, change.to_config["config_id"], "failed", "GPU 1: reset failed", report_of(backend))
     with django_capture_on_commit_callbacks(execute=True):
         client.post(OUTCOME, outcome.to_dict(), format="json")
     change.refresh_from_db()
@@ -657,7 +590,7 @@ def test_failed_outcome_fails_the_change_and_rolls_back(rollout_on_a, django_cap
     assert (node.config_state, node.last_error) == ("failed", "GPU 1: reset failed")
     assert change.status in (ChangeStatus.FAILED, ChangeStatus.ROLLED_BACK)
     assert "GPU 1: reset failed" in change.error
-    client.post(REPORT, _report(backend).to_dict(), format="json")  # the failure stands until something new applies
+    client.post(REPORT, report_of(backend).to_dict(), format="json")  # the failure stands until something new applies
     node.refresh_from_db()
     assert node.config_state == "failed"
 
@@ -685,14 +618,14 @@ def qos_rollout_on_a(node_a, admin_user):
     """Node A runs whole GPUs (applied and verified), then its pool gets a QoS policy: the new change moves no
     label, no MIG config and no GPU resource, only what the agent applies."""
     backend, node, client = node_a
-    client.post(REPORT, _report(backend).to_dict(), format="json")
+    client.post(REPORT, report_of(backend).to_dict(), format="json")
     pool = NodePoolFactory(cluster=node.cluster)
     Node.objects.filter(pk=node.pk).update(pool=pool)
     actor = Actor.for_user(admin_user)
     whole = sharing_services.profile_create(actor=actor, name="whole", mode="passthrough", target_products=[H100])
     sharing_services.pool_set_profile(actor=actor, pool=pool, profile=whole)
     first = _roll_out_and_apply(client, backend)
-    client.post(REPORT, _report(backend, applied=_applied(first)).to_dict(), format="json")
+    client.post(REPORT, report_of(backend, applied=_applied(first)).to_dict(), format="json")
     worker_services.node_changes_step([first.pk])
     assert NodeChange.objects.get(pk=first.pk).status == ChangeStatus.SUCCEEDED
     policy = sharing_services.qos_policy_create(actor=actor, name="training", transparent_hugepages="always")
@@ -707,7 +640,7 @@ def test_a_qos_only_change_is_verified_only_once_the_agent_names_its_config(qos_
     worker_services.node_changes_step([change.pk])
     change.refresh_from_db()
     assert change.status == ChangeStatus.VERIFYING
-    client.post(REPORT, _report(backend, applied=_applied(change)).to_dict(), format="json")
+    client.post(REPORT, report_of(backend, applied=_applied(change)).to_dict(), format="json")
     worker_services.node_changes_step([change.pk])
     change.refresh_from_db()
     assert change.status == ChangeStatus.SUCCEEDED
@@ -718,7 +651,7 @@ def test_a_failed_outcome_of_a_change_without_mig_fails_it_at_once(
 ):
     backend, node, client, change = qos_rollout_on_a
     config_id = change.to_config["config_id"]
-    outcome = Outcome(change.pk, config_id, "failed", "writing THP: permission denied", _report(backend))
+    outcome = Outcome(change.pk, config_id, "failed", "writing THP: permission denied", report_of(backend))
     with django_capture_on_commit_callbacks(execute=True):
         client.post(OUTCOME, outcome.to_dict(), format="json")
     change.refresh_from_db()
@@ -732,7 +665,7 @@ def test_refused_busy_goes_back_to_the_busy_policy(rollout_on_a, policy, expecte
     Rollout.objects.update(busy_policy=policy)
     pid = backend.sim.start_process(0)
     outcome = Outcome(
-        change.pk, change.to_config["config_id"], "refused_busy", "compute processes hold GPU 0", _report(backend)
+        change.pk, change.to_config["config_id"], "refused_busy", "compute processes hold GPU 0", report_of(backend)
     )
     with django_capture_on_commit_callbacks(execute=True):
         client.post(OUTCOME, outcome.to_dict(), format="json")
@@ -745,9 +678,9 @@ def test_refused_busy_goes_back_to_the_busy_policy(rollout_on_a, policy, expecte
 def test_outcome_for_another_nodes_change_is_recorded_but_ignored(rollout_on_a, join_token, backends):
     backend, node, client, change = rollout_on_a
     other = backends(seed=5)
-    answer = _register(join_token, other.snapshot().hostname).json()
-    outcome = Outcome(change.pk, change.to_config["config_id"], "failed", "not mine", _report(other))
-    assert _agent(answer["credential"]).post(OUTCOME, outcome.to_dict(), format="json").status_code == 200
+    answer = register(join_token, other.snapshot().hostname).json()
+    outcome = Outcome(change.pk, change.to_config["config_id"], "failed", "not mine", report_of(other))
+    assert agent_client(answer["credential"]).post(OUTCOME, outcome.to_dict(), format="json").status_code == 200
     change.refresh_from_db()
     assert change.status == ChangeStatus.VERIFYING
     assert Node.objects.get(pk=node.pk).config_state != "failed"
@@ -763,7 +696,7 @@ def test_desired_without_anything_to_do_is_404(node_a):
 
 
 def test_observed_allocatable_follows_what_the_node_runs(backends):
-    gpus = _report(backends()).gpus
+    gpus = report_of(backends()).gpus
     assert observed_allocatable(gpus, None, None) == {"nvidia.com/gpu": 2}
     mps = AppliedState("c", mps=MpsSettings(replicas=4))
     assert observed_allocatable(gpus, mps, None) == {"nvidia.com/gpu": 8}
@@ -789,9 +722,9 @@ def test_agent_nodes_are_stale_after_three_missed_reports(settings):
 def test_the_compiled_decoder_reads_like_the_protocol(backends):
     backend = backends()
     pid = backend.sim.start_process(0)
-    body = _report(
+    body = report_of(
         backend,
-        xids=[XidEvent(_report(backend).gpus[0].uuid, 79, "2026-11-22T01:00:00Z", gpu_instance_id=1)],
+        xids=[XidEvent(report_of(backend).gpus[0].uuid, 79, "2026-11-22T01:00:00Z", gpu_instance_id=1)],
         applied=AppliedState("c", mps=MpsSettings(replicas=2), time_slice=None),
     ).to_dict()
     assert protocol_decode(Report, body) == Report.from_dict(body)

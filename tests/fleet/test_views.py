@@ -272,8 +272,9 @@ def test_node_page_query_count_is_bounded(client_viewer, django_assert_max_num_q
         for start in range(7):
             MigDeviceFactory(gpu=gpu, start=start)
     # session, user, role; node; its GPUs; their MIG devices;
-    # desired vs observed (pins, GPU shapes; pool defaults and schedule when in a pool), its pin, its change history
-    with django_assert_max_num_queries(10):
+    # desired vs observed (pins, GPU shapes; pool defaults and schedule when in a pool), its pin, its change history,
+    # its open UUID conflicts
+    with django_assert_max_num_queries(11):
         assert client_viewer.get(reverse("console:node_detail", args=[node.pk])).status_code == 200
 
 
@@ -294,7 +295,7 @@ def test_agent_node_page_with_qos_settings_query_count_is_bounded(
     )
     sharing_services.pool_set_qos_policy(actor=actor, pool=pool, policy=policy)
     # The list above, plus the pool's QoS state (sharing, schedule), its compliance report and the agent credential.
-    with django_assert_max_num_queries(17):
+    with django_assert_max_num_queries(18):
         page = client_viewer.get(reverse("console:node_detail", args=[node.pk])).content.decode()
     assert "Power limit" in page and "differs" in page
 

@@ -2,7 +2,8 @@
 
 The agent registers with a join token, reports its GPUs, applies the MIG layout a rollout gives it and the change
 is verified from what it reports; stopped, its node goes stale; a credential used by another node is refused, and
-after revocation the agent exits with code 3 and the server's message.
+after revocation the agent exits with code 3 and the server's message. A machine holding the join token and naming
+itself after a registered node waits for an admin (so does the node's own agent after losing its state).
 """
 
 import shutil
@@ -12,7 +13,7 @@ import pytest
 
 from core.audit import Actor
 from fleet import agent_credentials
-from fleet.models import Gpu, MigDevice, Node
+from fleet.models import Gpu, MigDevice, Node, PendingAgent
 from sharing import services as sharing_services
 from sharing.mig import get_product
 from tests.factories import ClusterFactory, NodePoolFactory, UserFactory
@@ -103,3 +104,62 @@ def test_agent_registers_applies_a_rollout_goes_stale_and_is_revoked(tmp_path, s
         output = (tmp_path / "revoked.log").read_text()
         assert "the server refused the agent credential: Agent credential revoked or unknown." in output
         assert join_token not in output
+
+
+def test_a_join_token_alone_does_not_take_over_a_node_and_a_reinstalled_agent_waits_for_approval(tmp_path):
+    admin = UserFactory(username="admin", role="admin")
+    actor = Actor.for_user(admin)
+    cluster = ClusterFactory(name="lab", driver="agent", kubeconfig_path="")
+    _, join_token = agent_credentials.agent_join_token_create(actor=actor, cluster=cluster, name="lab")
+    with web_server(tmp_path, TESSERA_AGENT_INTERVAL_SECONDS="1") as url:
+        proc, log = simulated_agent(url, tmp_path / "state", tmp_path, seed=SEED, join_token=join_token)
+        try:
+            node = wait_until(
+                lambda: Node.objects.filter(name=HOSTNAME, last_seen_at__isnull=False).first(),
+                timeout=20,
+                message="the agent to register and report",
+            )
+            # Another machine with the shared join token names itself after the node: it is told to wait.
+            impostor, impostor_log = simulated_agent(
+                url, tmp_path / "impostor", tmp_path, "--hostname", HOSTNAME, "--once",
+                seed=SEED + 1, join_token=join_token, name="impostor",
+            )  # fmt: skip
+            assert finish(impostor, impostor_log) == 1
+            (impostor_request,) = PendingAgent.objects.filter(node=node)
+            assert f"approve request {impostor_request.fingerprint}" in (tmp_path / "impostor.log").read_text()
+            seen = Node.objects.get(pk=node.pk).agent_last_seen_at
+            wait_until(
+                lambda: Node.objects.get(pk=node.pk).agent_last_seen_at > seen,
+                timeout=10,
+                message="the real agent to keep reporting",
+            )
+            # The node's machine reinstalled (its state lost): approved by its fingerprint, it takes over.
+            again, again_log = simulated_agent(
+                url, tmp_path / "reinstalled", tmp_path, seed=SEED, join_token=join_token, name="reinstalled"
+            )
+            try:
+                wanted = wait_until(
+                    lambda: PendingAgent.objects.filter(node=node).exclude(pk=impostor_request.pk).first(),
+                    timeout=20,
+                    message="the reinstalled agent to ask for approval",
+                )
+                wait_until(
+                    lambda: f"approve request {wanted.fingerprint}" in (tmp_path / "reinstalled.log").read_text(),
+                    timeout=10,
+                    message="the reinstalled agent to log the fingerprint the admin approves",
+                )
+                agent_credentials.pending_agent_decide(actor=actor, pending=wanted, approve=True)
+                assert finish(proc, log, timeout=20) == 3  # the old credential is revoked when the new one is issued
+                wait_until(
+                    lambda: (tmp_path / "reinstalled" / "credential.json").exists(),
+                    timeout=20,
+                    message="the approved agent to collect its credential",
+                )
+            finally:
+                again.send_signal(signal.SIGTERM)
+                assert finish(again, again_log) == 0
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                finish(proc, log)
+    assert PendingAgent.objects.get(pk=wanted.pk).status == "completed"

@@ -1,0 +1,89 @@
+"""Shared by the agent endpoint tests: an agent cluster and its join token, simulated backends, a registered node,
+and the calls an agent makes (against the real API through DRF's test client)."""
+
+import pytest
+from rest_framework.test import APIClient
+
+from agent import protocol
+from agent.backends.simulated import SimulatedBackend
+from agent.protocol import Report
+from agents.authentication import AgentRateThrottle, AgentRegisterThrottle
+from core.audit import Actor
+from fleet import agent_credentials
+from fleet.models import Node
+from tests.factories import ClusterFactory
+
+
+def clear_throttle_counts():
+    for throttle in (AgentRateThrottle, AgentRegisterThrottle):
+        throttle.counts._reset()
+
+
+@pytest.fixture
+def fresh_throttle_counts_and_writes_at_once(settings):
+    settings.TESSERA = {**settings.TESSERA, "AGENT_REPORT_FLUSH_SECONDS": 0}
+    clear_throttle_counts()
+    yield
+    clear_throttle_counts()
+
+
+@pytest.fixture
+def cluster():
+    return ClusterFactory(name="lab", driver="agent", kubeconfig_path="")
+
+
+@pytest.fixture
+def join_token(cluster, admin_user):
+    _, plain = agent_credentials.agent_join_token_create(actor=Actor.for_user(admin_user), cluster=cluster, name="lab")
+    return plain
+
+
+@pytest.fixture
+def backends():
+    made = []
+
+    def make(seed=0, gpus=2, **options):
+        backend = SimulatedBackend(seed=seed, gpus=gpus, workload=False, **options)
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend.close()
+
+
+def report_of(backend, *, hostname=None, applied=None, xids=(), gpus=None) -> Report:
+    """The report an agent on this backend sends."""
+    snapshot = backend.snapshot()
+    return Report(
+        agent_version="0.1.0",
+        hostname=hostname or snapshot.hostname,
+        driver_version=snapshot.driver_version,
+        cuda_version=snapshot.cuda_version,
+        numa_nodes=snapshot.numa_nodes,
+        gpus=snapshot.gpus if gpus is None else gpus,
+        xid_events=tuple(xids),
+        host=snapshot.host,
+        applied=applied,
+    )
+
+
+def register(token, hostname, client=None, fields=None, **headers):
+    """POST /api/v1/agent/register/ as an agent does; `fields`: further RegisterRequest fields."""
+    client = client or APIClient()
+    body = {"join_token": token, "hostname": hostname, "agent_version": "0.1.0", **(fields or {})}
+    return client.post(protocol.REGISTER_PATH, body, format="json", **headers)
+
+
+def agent_client(credential) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {credential}")
+    return client
+
+
+@pytest.fixture
+def node_a(join_token, backends):
+    """A registered node with 2 simulated H100s: (backend, node, agent client)."""
+    backend = backends(seed=1)
+    answer = register(join_token, backend.snapshot().hostname).json()
+    return backend, Node.objects.get(pk=answer["node_id"]), agent_client(answer["credential"])
