@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleet', '0007_uuid_conflict'),
+        ('fleet', '0009_uuid_conflict'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleet', '0006_observed_settings'),
+        ('fleet', '0008_dcgm_health_signals_mig_metrics_prometheus_url'),
     ]
 
     operations = [
