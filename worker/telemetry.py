@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from fleet.models import Cluster
 from worker.drivers.kubernetes.api import take_error_counts
 from worker.models import ChangePhaseBucket, ClusterApiErrors, ClusterWatch, LoopRun, NodeDrift
 from worker.selectors import Drift
@@ -102,6 +103,9 @@ def watch_record(cluster_id: int, *, connected: bool, error: str = "", listed: b
     with transaction.atomic():
         watch = ClusterWatch.objects.select_for_update().filter(cluster_id=cluster_id).first()
         if watch is None:
+            # PostgreSQL checks foreign keys at commit: a gone cluster is skipped here, not caught below.
+            if not Cluster.objects.filter(pk=cluster_id).exists():
+                return
             try:
                 with transaction.atomic():
                     ClusterWatch.objects.create(cluster_id=cluster_id, connected=connected, since=now, **values)
@@ -116,7 +120,11 @@ def watch_record(cluster_id: int, *, connected: bool, error: str = "", listed: b
 def api_errors_flush() -> None:
     """Add the failed API calls this process counted since the last flush to the database."""
     counts = take_error_counts()
+    # PostgreSQL checks foreign keys at commit, past the IntegrityError below: errors of gone clusters are dropped.
+    live = set(Cluster.objects.filter(pk__in={c for c, _ in counts}).values_list("pk", flat=True))
     for (cluster_id, kind), n in counts.items():
+        if cluster_id not in live:
+            continue
         if ClusterApiErrors.objects.filter(cluster_id=cluster_id, kind=kind).update(count=F("count") + n):
             continue
         try:
