@@ -135,6 +135,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Control plane for sharing NVIDIA GPUs: fleet inventory, sharing profiles, schedules, rollouts.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["core.permissions.ApiDocsPermission"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
@@ -192,6 +193,11 @@ TESSERA = {
     # 0 writes each at once.
     "AGENT_REPORT_FLUSH_SECONDS": env.float("TESSERA_AGENT_REPORT_FLUSH_SECONDS", default=0.2),
     "API_MAX_PAGE_SIZE": 1000,
+    # Who reads /api/schema/ and /api/docs/ without a role, and /metrics without a sign-in: nobody unless opened here.
+    # Prometheus scrapes /metrics with `Authorization: Bearer <METRICS_TOKEN>` (bearer_token_file in its config).
+    "API_DOCS_PUBLIC": env.bool("TESSERA_API_DOCS_PUBLIC", default=False),
+    "METRICS_PUBLIC": env.bool("TESSERA_METRICS_PUBLIC", default=False),
+    "METRICS_TOKEN": env("TESSERA_METRICS_TOKEN", default=""),
     # How often an in-flight node change is polled (waiting for idle GPUs, verifying MIG Manager's result).
     "STEP_POLL_SECONDS": env.float("TESSERA_STEP_POLL_SECONDS", default=2.0),
     # Strategy of the rollouts the reconcile loop starts on its own.

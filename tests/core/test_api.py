@@ -98,8 +98,9 @@ def test_openapi_schema_generates_without_warnings(tmp_path):
     assert "/api/v1/gpus/" in schema
 
 
-def test_schema_and_docs_are_served(viewer_api):
+def test_schema_and_docs_are_served(viewer_api, client, viewer):
     assert viewer_api.get("/api/schema/").status_code == 200
-    docs = viewer_api.get("/api/docs/")
+    client.force_login(viewer)
+    docs = client.get("/api/docs/")
     assert docs.status_code == 200
     assert b"cdn" not in docs.content.lower()

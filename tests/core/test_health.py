@@ -11,7 +11,8 @@ def test_healthz_and_readyz(client):
     assert client.get("/readyz").json()["database"] == "ok"
 
 
-def test_metrics_exposes_fleet_gauges(client):
+def test_metrics_exposes_fleet_gauges(client, viewer):
+    client.force_login(viewer)
     GpuFactory(product="NVIDIA-A30", health="unhealthy")
     text = client.get("/metrics").content.decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
