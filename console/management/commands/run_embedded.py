@@ -25,6 +25,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from agents.lab import LAB_CLUSTER, LAB_POOL, agent_lab_command
 from console.supervisor import ChildSpec, Supervisor
+from core.audit import Actor
 from core.embedded import status_path
 from core.roles import Role
 from fleet import services as fleet_services
@@ -108,9 +109,9 @@ def _register_simulator(url: str, kubeconfig: Path) -> Cluster:
     }
     cluster = Cluster.objects.filter(name=SIM_CLUSTER).first()
     if cluster is None:
-        cluster = fleet_services.cluster_create(name=SIM_CLUSTER, **values)
+        cluster = fleet_services.cluster_create(actor=Actor.system("make run"), name=SIM_CLUSTER, **values)
     else:  # a new port, certificate and token every start: the update also renews the cached API client
-        cluster = fleet_services.cluster_update(cluster=cluster, **values)
+        cluster = fleet_services.cluster_update(actor=Actor.system("make run"), cluster=cluster, **values)
     forget_client(cluster.pk)
     return cluster
 
