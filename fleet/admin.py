@@ -1,5 +1,6 @@
 """Admin for support: every fleet model, read-mostly; writes still go through the same models' validation."""
 
+from django import forms
 from django.contrib import admin, messages
 from django.db import models
 from django.http import HttpResponseRedirect
@@ -9,6 +10,7 @@ from core.audit import Actor
 from core.exceptions import ApplicationError
 from fleet import services
 from fleet.agent_credentials import agent_credential_revoke, agent_join_token_revoke
+from fleet.cluster_access import cluster_access_errors
 from fleet.models import AgentCredential, AgentJoinToken, Cluster, Gpu, GpuEvent, MigDevice, Node, NodePool
 
 
@@ -44,8 +46,21 @@ class ServiceAdmin(admin.ModelAdmin):
         return {key: form.cleaned_data[key] for key in fields if key in form.cleaned_data}
 
 
+class ClusterAdminForm(forms.ModelForm):
+    """The services' checks of what the worker may read and fetch, shown beside their fields."""
+
+    def clean(self):
+        data = super().clean()
+        values = {key: data.get(key) or "" for key in ("kubeconfig_path", "metrics_url")}
+        for field, messages_ in cluster_access_errors(**values).items():
+            for message in messages_:
+                self.add_error(field, message)
+        return data
+
+
 @admin.register(Cluster)
 class ClusterAdmin(ServiceAdmin):
+    form = ClusterAdminForm
     list_display = ("name", "driver", "operator_namespace", "connection_state", "last_contact_at")
     list_filter = ("driver", "connection_state")
     search_fields = ("name",)

@@ -30,7 +30,7 @@ class DemoPool:
 
 ACTOR = Actor.system("seed_demo")
 DEMO_CLUSTERS = {
-    "prod-east": {"driver": "kubernetes", "kubeconfig_path": "/etc/tessera/kubeconfigs/prod-east.yaml"},
+    "prod-east": {"driver": "kubernetes", "kubeconfig_path": "prod-east.yaml"},
     "lab-west": {"driver": "agent"},
 }
 DEMO_POOLS = (

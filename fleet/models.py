@@ -15,7 +15,8 @@ class Cluster(models.Model):
     name = models.CharField(max_length=100, unique=True)
     description = models.TextField(blank=True)
     driver = models.CharField(max_length=20, choices=ClusterDriver.choices, default=ClusterDriver.KUBERNETES)
-    # A path to a kubeconfig readable by the workers; never returned by the API or written to logs.
+    # A kubeconfig in TESSERA["KUBECONFIG_DIR"] (a path inside it or relative to it, fleet/cluster_access.py);
+    # never returned by the API or written to logs.
     kubeconfig_path = models.CharField(max_length=500, blank=True)
     in_cluster = models.BooleanField(default=False, help_text="Use the service account of the pod Tessera runs in.")
     operator_namespace = models.CharField(max_length=63, default="gpu-operator")

@@ -12,6 +12,7 @@ from core.audit import Actor, audit_record
 from core.exceptions import ApplicationError
 from fleet import enqueue
 from fleet.choices import ConnectionState
+from fleet.cluster_access import cluster_access_errors
 from fleet.labels import parse_selector, selector_matches
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool, Pod
 from fleet.observations import GpuMetrics, MigDeviceObservation, NodeObservation, PodObservation
@@ -90,10 +91,19 @@ def pool_snapshot(pool: NodePool) -> dict:
     return {"cluster": pool.cluster.name, **{key: getattr(pool, key) for key in POOL_EDITABLE}}
 
 
+def _check_access(cluster: Cluster) -> None:
+    """Refuse settings that would make the worker read a file or fetch a URL beyond what settings allow."""
+    errors = cluster_access_errors(kubeconfig_path=cluster.kubeconfig_path, metrics_url=cluster.metrics_url)
+    if errors:
+        raise ApplicationError(next(iter(errors.values()))[0], errors=errors)
+
+
 @transaction.atomic
 def cluster_create(*, actor: Actor, **values) -> Cluster:
     """Register a cluster; the credentials reference is validated, never echoed back."""
-    cluster = _save_validated(Cluster(**{k: v for k, v in values.items() if k in CLUSTER_EDITABLE}))
+    cluster = Cluster(**{k: v for k, v in values.items() if k in CLUSTER_EDITABLE})
+    _check_access(cluster)
+    _save_validated(cluster)
     audit_record(actor=actor, action="cluster.create", obj=cluster, after=cluster_snapshot(cluster))
     return cluster
 
@@ -105,6 +115,7 @@ def cluster_update(*, actor: Actor, cluster: Cluster, **values) -> Cluster:
     for key in CLUSTER_EDITABLE:
         if key in values:
             setattr(cluster, key, values[key])
+    _check_access(cluster)
     _save_validated(cluster)
     after = cluster_snapshot(cluster)
     if after != before:

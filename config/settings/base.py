@@ -184,6 +184,7 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # Tessera's own knobs.
+LOOPBACK = ["127.0.0.1", "localhost", "::1"]  # metrics hosts of the embedded default (local.py, test.py)
 TESSERA = {
     # A node whose last observation (agent report or Kubernetes watch) is older than this is stale.
     "STALE_AFTER_SECONDS": env.int("TESSERA_STALE_AFTER_SECONDS", default=180),
@@ -198,6 +199,12 @@ TESSERA = {
     "API_DOCS_PUBLIC": env.bool("TESSERA_API_DOCS_PUBLIC", default=False),
     "METRICS_PUBLIC": env.bool("TESSERA_METRICS_PUBLIC", default=False),
     "METRICS_TOKEN": env("TESSERA_METRICS_TOKEN", default=""),
+    # What cluster settings may make the worker read or fetch (fleet/cluster_access.py): kubeconfigs from this
+    # directory only (mount a Secret there), credential plugins that run a command (`exec`) only when allowed, and
+    # metrics URLs on these hosts only (patterns such as *.svc, or networks such as 10.0.0.0/8).
+    "KUBECONFIG_DIR": env("TESSERA_KUBECONFIG_DIR", default="/etc/tessera/kubeconfigs"),
+    "KUBECONFIG_ALLOW_EXEC": env.bool("TESSERA_KUBECONFIG_ALLOW_EXEC", default=False),
+    "METRICS_URL_ALLOW": env.list("TESSERA_METRICS_URL_ALLOW", default=["*.svc", "*.svc.cluster.local"]),
     # How often an in-flight node change is polled (waiting for idle GPUs, verifying MIG Manager's result).
     "STEP_POLL_SECONDS": env.float("TESSERA_STEP_POLL_SECONDS", default=2.0),
     # Strategy of the rollouts the reconcile loop starts on its own.

@@ -107,7 +107,7 @@ def test_cluster_filters(viewer_api, fleet, query, expected):
 
 
 def test_admin_creates_and_updates_a_cluster_without_the_kubeconfig_coming_back(admin_api):
-    payload = {"name": "lab", "driver": "kubernetes", "kubeconfig_path": "/secrets/lab.yaml"}
+    payload = {"name": "lab", "driver": "kubernetes", "kubeconfig_path": "lab.yaml"}  # in KUBECONFIG_DIR
     created = admin_api.post("/api/v1/clusters/", payload, format="json")
     assert created.status_code == 201, created.data
     assert "kubeconfig_path" not in created.data
@@ -117,7 +117,7 @@ def test_admin_creates_and_updates_a_cluster_without_the_kubeconfig_coming_back(
     assert updated.status_code == 200, updated.data
     assert "kubeconfig_path" not in updated.data
     cluster = Cluster.objects.get(pk=created.data["id"])
-    assert (cluster.description, cluster.kubeconfig_path) == ("GPU lab", "/secrets/lab.yaml")
+    assert (cluster.description, cluster.kubeconfig_path) == ("GPU lab", "lab.yaml")
 
 
 def test_kubernetes_cluster_without_credentials_is_a_400(admin_api):

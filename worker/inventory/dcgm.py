@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import urllib3
 from kubernetes import client
 
+from fleet.cluster_access import metrics_url_refusal
 from fleet.observations import GpuMetrics, GpuObservation, MigDeviceObservation
 from fleet.services import gpu_health
 from sharing.mig import get_product
@@ -109,9 +110,17 @@ def fetch_metrics(cluster, node_names: Iterable[str] = ()) -> dict[str, dict[int
     node proxy to the exporter's port (`/api/v1/nodes/<node>:9400/proxy/metrics`)."""
     api = k8s.api_client(cluster)
     if cluster.metrics_url:
+        refusal = metrics_url_refusal(cluster.metrics_url)  # checked at save; settings may have changed since
+        if refusal:
+            raise DriverError(f"metrics URL refused: {refusal}")
         # The API client's pool carries the kubeconfig's CA, but never its credentials: /metrics is not the API.
+        # No redirects: an allowed host must not send the worker on to one that is not.
         response = api.rest_client.pool_manager.request(
-            "GET", cluster.metrics_url, preload_content=False, timeout=urllib3.Timeout(connect=5, read=120)
+            "GET",
+            cluster.metrics_url,
+            preload_content=False,
+            timeout=urllib3.Timeout(connect=5, read=120),
+            redirect=False,
         )
         try:
             if response.status != 200:
