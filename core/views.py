@@ -13,6 +13,7 @@ from django.db import connection
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseLocation
@@ -21,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from core import services
 from core.filtersets import AuditEventFilterSet
 from core.metrics import REGISTRY
-from core.models import AuditEvent
+from core.models import ApiToken, AuditEvent
 from core.roles import Role, has_role, user_role
 
 
@@ -104,13 +105,15 @@ def docs_sign_in(view):
 
 @role_required(Role.VIEWER)
 @require_http_methods(["GET", "POST"])
+@never_cache
 def token_detail(request):
-    """Show the user's API token; POST rotates it (the old one stops working at once)."""
+    """The user's API token: when it was made and expires; POST makes a new one (the old one stops working at once)
+    and shows it this once. Never cached: the answer to the POST holds the token."""
+    plain = None
     if request.method == "POST":
-        services.api_token_rotate(user=request.user)
-        return redirect("token_detail")
-    token = services.api_token_get_or_create(user=request.user)
-    return render(request, "core/token_detail.html", {"token": token})
+        _, plain = services.api_token_rotate(user=request.user)
+    token = ApiToken.objects.filter(user=request.user).first()
+    return render(request, "core/token_detail.html", {"token": token, "plain": plain})
 
 
 def redirect_after_change(request, url: str):

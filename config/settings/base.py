@@ -27,7 +27,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "rest_framework",
-    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -115,7 +114,7 @@ STORAGES = {
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: an anonymous request then gets 401 with WWW-Authenticate instead of 403.
-        "rest_framework.authentication.TokenAuthentication",
+        "core.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["core.permissions.RolePermission"],
@@ -199,6 +198,8 @@ TESSERA = {
     "API_DOCS_PUBLIC": env.bool("TESSERA_API_DOCS_PUBLIC", default=False),
     "METRICS_PUBLIC": env.bool("TESSERA_METRICS_PUBLIC", default=False),
     "METRICS_TOKEN": env("TESSERA_METRICS_TOKEN", default=""),
+    # Days a user's API token works after it was made (0: until rotated).
+    "API_TOKEN_DAYS": env.int("TESSERA_API_TOKEN_DAYS", default=90),
     # What cluster settings may make the worker read or fetch (fleet/cluster_access.py): kubeconfigs from this
     # directory only (mount a Secret there), credential plugins that run a command (`exec`) only when allowed, and
     # metrics URLs on these hosts only (patterns such as *.svc, or networks such as 10.0.0.0/8).

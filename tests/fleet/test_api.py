@@ -333,7 +333,7 @@ def test_observed_inventory_is_read_only_even_for_admins(admin_api, path):
 
 def test_token_authentication(fleet, viewer):
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {core_services.api_token_get_or_create(user=viewer).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {core_services.api_token_rotate(user=viewer)[1]}")
     assert client.get("/api/v1/gpus/").status_code == 200
     client.credentials(HTTP_AUTHORIZATION="Token not-a-token")
     assert_error(client.get("/api/v1/gpus/"), 401)
@@ -532,7 +532,7 @@ def test_gpu_page_of_500_takes_at_most_8_queries_with_token_auth(viewer, query):
     seed(30)
     pool = NodePool.objects.first()
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {core_services.api_token_get_or_create(user=viewer).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {core_services.api_token_rotate(user=viewer)[1]}")
     with CaptureQueriesContext(connection) as queries:
         response = client.get(f"/api/v1/gpus/?page_size=500{query.format(cluster=pool.cluster_id, pool=pool.pk)}")
     assert response.status_code == 200
