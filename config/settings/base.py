@@ -1,5 +1,6 @@
 """Settings shared by every environment; everything that differs comes from the environment."""
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -34,6 +35,7 @@ INSTALLED_APPS = [
     "template_partials",
     "django_celery_beat",
     "django_celery_results",
+    "axes",
     "core",
     "fleet",
     "sharing",
@@ -53,6 +55,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks: turns a locked-out sign-in into its page
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -91,9 +94,21 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = DATABASES["default"]["ENGINE"] != "
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 12}},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Failed sign-ins (UI and Django admin) are counted per username and per client address (django-axes): after
+# AXES_FAILURE_LIMIT in a row, that username and that address are locked out until the cool-off passes or an admin
+# deletes the access attempt (Admin → Axes → Access attempts, or `manage.py axes_reset`).
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env.int("TESSERA_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("TESSERA_LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: one account from anywhere, or one address
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "core.addresses.client_address"  # X-Forwarded-For only through trusted proxies
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "console:overview"
 LOGOUT_REDIRECT_URL = "login"
@@ -193,6 +208,20 @@ TESSERA = {
     # 0 writes each at once.
     "AGENT_REPORT_FLUSH_SECONDS": env.float("TESSERA_AGENT_REPORT_FLUSH_SECONDS", default=0.2),
     "API_MAX_PAGE_SIZE": 1000,
+    # Reverse proxies in front of Tessera that append the client's address to X-Forwarded-For (0: none; the header
+    # is then ignored, since a client can write it): throttles and audit key on the address they vouch for.
+    "TRUSTED_PROXY_COUNT": env.int("TESSERA_TRUSTED_PROXY_COUNT", default=0),
+    # How often an in-flight node change is polled (waiting for idle GPUs, verifying MIG Manager's result).
+    "STEP_POLL_SECONDS": env.float("TESSERA_STEP_POLL_SECONDS", default=2.0),
+    # Strategy of the rollouts the reconcile loop starts on its own.
+    "ROLLOUT_DEFAULTS": {
+        "batch_size": env.int("TESSERA_ROLLOUT_BATCH_SIZE", default=10),
+        "canary_count": env.int("TESSERA_ROLLOUT_CANARIES", default=1),
+        "max_failures": env.int("TESSERA_ROLLOUT_MAX_FAILURES", default=2),
+        "busy_policy": env("TESSERA_ROLLOUT_BUSY_POLICY", default="wait"),
+        "wait_minutes": env.int("TESSERA_ROLLOUT_WAIT_MINUTES", default=30),
+        "verify_timeout_seconds": env.int("TESSERA_ROLLOUT_VERIFY_TIMEOUT", default=600),
+    },
     # Who reads /api/schema/ and /api/docs/ without a role, and /metrics without a sign-in: nobody unless opened here.
     # Prometheus scrapes /metrics with `Authorization: Bearer <METRICS_TOKEN>` (bearer_token_file in its config).
     "API_DOCS_PUBLIC": env.bool("TESSERA_API_DOCS_PUBLIC", default=False),
@@ -206,17 +235,6 @@ TESSERA = {
     "KUBECONFIG_DIR": env("TESSERA_KUBECONFIG_DIR", default="/etc/tessera/kubeconfigs"),
     "KUBECONFIG_ALLOW_EXEC": env.bool("TESSERA_KUBECONFIG_ALLOW_EXEC", default=False),
     "METRICS_URL_ALLOW": env.list("TESSERA_METRICS_URL_ALLOW", default=["*.svc", "*.svc.cluster.local"]),
-    # How often an in-flight node change is polled (waiting for idle GPUs, verifying MIG Manager's result).
-    "STEP_POLL_SECONDS": env.float("TESSERA_STEP_POLL_SECONDS", default=2.0),
-    # Strategy of the rollouts the reconcile loop starts on its own.
-    "ROLLOUT_DEFAULTS": {
-        "batch_size": env.int("TESSERA_ROLLOUT_BATCH_SIZE", default=10),
-        "canary_count": env.int("TESSERA_ROLLOUT_CANARIES", default=1),
-        "max_failures": env.int("TESSERA_ROLLOUT_MAX_FAILURES", default=2),
-        "busy_policy": env("TESSERA_ROLLOUT_BUSY_POLICY", default="wait"),
-        "wait_minutes": env.int("TESSERA_ROLLOUT_WAIT_MINUTES", default=30),
-        "verify_timeout_seconds": env.int("TESSERA_ROLLOUT_VERIFY_TIMEOUT", default=600),
-    },
 }
 CELERY_BEAT_SCHEDULE = {
     "qos-compliance": {
