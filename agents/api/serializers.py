@@ -11,7 +11,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from agent import protocol
-from core.api.fields import RefField
+from core.api.fields import RefField, db_max_value
 from fleet.models import AgentCredential, AgentJoinToken, Cluster
 
 # --- decoding: the protocol's codec, compiled -----------------------------------------------------------------------
@@ -213,7 +213,11 @@ class AgentJoinTokenCreateSerializer(serializers.Serializer):
     description = serializers.CharField(required=False, allow_blank=True, default="")
     expires_at = serializers.DateTimeField(required=False, help_text="Default: 24 hours from now.")
     max_uses = serializers.IntegerField(
-        required=False, allow_null=True, min_value=1, help_text="Empty: any number of nodes until it expires."
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=db_max_value(AgentJoinToken, "max_uses"),
+        help_text="Empty: any number of nodes until it expires.",
     )
 
     def validate_expires_at(self, value):
