@@ -5,6 +5,7 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
+from core.fields import NameField
 from fleet.choices import ClusterDriver, ConfigState, ConnectionState, GpuHealth, SharingMode
 from fleet.querysets import ClusterQuerySet, GpuQuerySet, MigDeviceQuerySet, NodePoolQuerySet, NodeQuerySet
 
@@ -12,7 +13,7 @@ from fleet.querysets import ClusterQuerySet, GpuQuerySet, MigDeviceQuerySet, Nod
 class Cluster(models.Model):
     """A set of nodes reached through one driver: a Kubernetes API (GPU Operator) or Tessera's node agents."""
 
-    name = models.CharField(max_length=100, unique=True)
+    name = NameField(max_length=100, unique=True)
     description = models.TextField(blank=True)
     driver = models.CharField(max_length=20, choices=ClusterDriver.choices, default=ClusterDriver.KUBERNETES)
     # A kubeconfig in TESSERA["KUBECONFIG_DIR"] (a path inside it or relative to it, fleet/cluster_access.py);
@@ -51,7 +52,7 @@ class NodePool(models.Model):
     """Nodes that share a sharing profile, schedule and QoS policy; members by label selector or explicitly."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pools")
-    name = models.CharField(max_length=100)
+    name = NameField(max_length=100)
     description = models.TextField(blank=True)
     node_selector = models.CharField(
         max_length=500,
