@@ -29,7 +29,11 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves Swagger UI's start-up script as a file: the Content-Security-Policy allows no inline script.
     path("api/docs/", docs_sign_in(SpectacularSwaggerSplitView.as_view(url_name="api-schema")), name="api-docs"),
-    path("api/redoc/", docs_sign_in(SpectacularRedocView.as_view(url_name="api-schema")), name="api-redoc"),
+    path(
+        "api/redoc/",
+        docs_sign_in(SpectacularRedocView.as_view(url_name="api-schema", template_name="core/api_redoc.html")),
+        name="api-redoc",
+    ),
     path("healthz", core_views.healthz, name="healthz"),
     path("readyz", core_views.readyz, name="readyz"),
     path("metrics", core_views.metrics, name="metrics"),
