@@ -19,6 +19,7 @@ from fleet.agent_credentials import agent_join_token_create
 from fleet.models import Cluster, NodePool
 
 LAB_CLUSTER, LAB_POOL = "demo-lab", "lab-h100"
+ACTOR = Actor.system("make run")
 LAB_PRODUCT = "NVIDIA-H100-80GB-HBM3"  # agent.backends.simulated's default product
 LAB_TOKEN_LIFETIME = timedelta(hours=1)  # only agents without a stored credential use it, at start-up
 
@@ -43,6 +44,7 @@ def _lab_cluster(state_root: Path) -> Cluster:
     if cluster is not None:
         return cluster
     cluster = fleet_services.cluster_create(
+        actor=ACTOR,
         name=LAB_CLUSTER,
         description="Simulated nodes driven by Tessera's node agent, started by `make run` (python -m agent.fleet).",
         driver="agent",
@@ -54,6 +56,7 @@ def _lab_cluster(state_root: Path) -> Cluster:
 def _ensure_lab_pool(cluster: Cluster) -> None:
     if not NodePool.objects.filter(cluster=cluster, name=LAB_POOL).exists():
         fleet_services.pool_create(
+            actor=ACTOR,
             cluster=cluster,
             name=LAB_POOL,
             description="The lab's H100 nodes (selector on the GPU Feature Discovery label the agents report).",
@@ -67,7 +70,7 @@ def _join_token_for_new_agents(cluster: Cluster, server: str, count: int, state_
     if registered >= count:
         return ""
     _, token = agent_join_token_create(
-        actor=Actor.system("make run"),
+        actor=ACTOR,
         cluster=cluster,
         name=f"make run {time.strftime('%Y-%m-%d %H:%M')}",
         description="Joins the simulated agents of the demo lab.",

@@ -124,9 +124,9 @@ class Stack:
 
     def token(self) -> str:
         out = subprocess.run(
-            [sys.executable, "manage.py", "drf_create_token", "admin"], cwd=ROOT, env=self.env, capture_output=True
+            [sys.executable, "manage.py", "api_token", "admin"], cwd=ROOT, env=self.env, capture_output=True
         )
-        return out.stdout.decode().split()[2]
+        return out.stdout.decode().strip()
 
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGINT)

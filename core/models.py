@@ -31,3 +31,20 @@ class AuditEvent(models.Model):
 
     def __str__(self):
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_label} {self.action} {self.object_repr}"
+
+
+class ApiToken(models.Model):
+    """A user's API token, one per user: only the SHA-256 of its secret is stored, so a database dump holds no
+    usable token; `key_id` is the public part that finds the row (core/services.py)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_token")
+    key_id = models.CharField(max_length=16, unique=True, editable=False)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: does not expire.")
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self):
+        return f"{self.user} ({self.key_id})"

@@ -1,5 +1,6 @@
 """Role checks for the API: reads need a viewer, writes the role a view declares (admin unless it says less)."""
 
+from django.conf import settings
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 from core.roles import Role, has_role
@@ -23,3 +24,12 @@ class RolePermission(BasePermission):
         if request.method in SAFE_METHODS:
             return Role.VIEWER
         return getattr(view, "write_role", Role.ADMIN)
+
+
+class ApiDocsPermission(BasePermission):
+    """The OpenAPI schema and its docs: a viewer's, like every read, unless TESSERA["API_DOCS_PUBLIC"] opens them."""
+
+    message = "The API docs need a signed-in user with a role (or TESSERA_API_DOCS_PUBLIC)."
+
+    def has_permission(self, request, view):
+        return settings.TESSERA["API_DOCS_PUBLIC"] or has_role(request.user, Role.VIEWER)

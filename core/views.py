@@ -1,15 +1,19 @@
 """Health, readiness and metrics endpoints, the user's API token page, the audit log, and helpers of UI views."""
 
+import hmac
 import json
 from functools import wraps
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseLocation
@@ -20,8 +24,8 @@ from core.audit import Actor
 from core.exceptions import ApplicationError
 from core.filtersets import AuditEventFilterSet
 from core.metrics import REGISTRY
-from core.models import AuditEvent
-from core.roles import Role, has_role
+from core.models import ApiToken, AuditEvent
+from core.roles import Role, has_role, user_role
 
 
 @require_GET
@@ -43,40 +47,77 @@ def readyz(request):
     return JsonResponse(body, status=503 if failed_required else 200, json_dumps_params={"indent": 2})
 
 
+def _may_read_metrics(request) -> bool:
+    """The bearer token of TESSERA["METRICS_TOKEN"] (for Prometheus), a signed-in viewer, or anyone when
+    TESSERA["METRICS_PUBLIC"] says so."""
+    expected = settings.TESSERA["METRICS_TOKEN"]
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if expected and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode()):
+        return True
+    return settings.TESSERA["METRICS_PUBLIC"] or has_role(request.user, Role.VIEWER)
+
+
 @require_GET
 def metrics(request):
     """Prometheus exposition of fleet gauges, computed from the database at scrape time."""
+    if not _may_read_metrics(request):
+        status = 403 if request.user.is_authenticated else 401
+        response = HttpResponse("Metrics need a bearer token or a viewer's sign-in.\n", status=status)
+        response["WWW-Authenticate"] = 'Bearer realm="tessera-metrics"'
+        return response
     return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
-
-
-@login_required
-@require_http_methods(["GET", "POST"])
-def token_detail(request):
-    """Show the user's API token; POST rotates it (the old one stops working at once)."""
-    if request.method == "POST":
-        services.api_token_rotate(user=request.user)
-        return redirect("token_detail")
-    token = services.api_token_get_or_create(user=request.user)
-    return render(request, "core/token_detail.html", {"token": token})
 
 
 # --- shared by the UI views of every app ---------------------------------------------------------------------------
 
 
+NO_ROLE = "Your account has no role yet: ask an admin to give you one (viewer, operator or admin)."
+
+
 def role_required(role: Role):
-    """Sign-in first, then 403 for a user below `role`: every POST of the UI goes through this."""
+    """Sign-in first, then 403 for a user below `role`: every UI view goes through this, reads with Role.VIEWER,
+    as the API asks a viewer role for every read (tests/core/test_ui_roles.py tries every page)."""
 
     def decorator(view):
         @wraps(view)
         @login_required
         def wrapper(request, *args, **kwargs):
-            if not has_role(request.user, role):
+            held = user_role(request.user)
+            if held == Role.NONE:
+                raise PermissionDenied(NO_ROLE)
+            if held < role:
                 raise PermissionDenied(f"This needs the {role.name.lower()} role.")
             return view(request, *args, **kwargs)
 
         return wrapper
 
     return decorator
+
+
+def docs_sign_in(view):
+    """The HTML API docs send an anonymous visitor to sign in (unless public); the role is the schema view's
+    permission (core.permissions.ApiDocsPermission), which also answers API clients with their token."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if not settings.TESSERA["API_DOCS_PUBLIC"] and not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+@role_required(Role.VIEWER)
+@require_http_methods(["GET", "POST"])
+@never_cache
+def token_detail(request):
+    """The user's API token: when it was made and expires; POST makes a new one (the old one stops working at once)
+    and shows it this once. Never cached: the answer to the POST holds the token."""
+    plain = None
+    if request.method == "POST":
+        _, plain = services.api_token_rotate(user=request.user)
+    token = ApiToken.objects.filter(user=request.user).first()
+    return render(request, "core/token_detail.html", {"token": token, "plain": plain})
 
 
 def redirect_after_change(request, url: str):
@@ -187,7 +228,7 @@ def audit_diff(before, after) -> list[dict]:
     ]
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 @vary_on_headers("HX-Request")
 def audit_log(request):

@@ -1,5 +1,6 @@
 """Admin for support: every fleet model, read-mostly; writes still go through the same models' validation."""
 
+from django import forms
 from django.contrib import admin, messages
 from django.db import models
 from django.http import HttpResponseRedirect
@@ -7,7 +8,9 @@ from django.urls import reverse
 
 from core.audit import Actor
 from core.exceptions import ApplicationError
+from fleet import services
 from fleet.agent_credentials import agent_credential_revoke, agent_join_token_revoke
+from fleet.cluster_access import cluster_access_errors
 from fleet.models import (
     AgentCredential,
     AgentJoinToken,
@@ -22,14 +25,10 @@ from fleet.models import (
 )
 
 
-@admin.register(Cluster)
-class ClusterAdmin(admin.ModelAdmin):
-    list_display = ("name", "driver", "operator_namespace", "connection_state", "last_contact_at")
-    list_filter = ("driver", "connection_state")
-    search_fields = ("name",)
-    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}  # Django 6's default, said now
+class ServiceAdmin(admin.ModelAdmin):
+    """Saves and deletes go through the fleet services (validated and audited like the API's); a domain rule's
+    refusal (e.g. admission objects still in the cluster) is shown, not a 500."""
 
-    # A save or delete a domain rule refuses (e.g. admission objects still in the cluster) is shown, not a 500.
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
         try:
             return super().changeform_view(request, object_id, form_url, extra_context)
@@ -42,18 +41,74 @@ class ClusterAdmin(admin.ModelAdmin):
         except ApplicationError as error:
             return self._refused(request, error, object_id)
 
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            self.delete_model(request, obj)
+
     def _refused(self, request, error: ApplicationError, object_id):
         self.message_user(request, error.message, level=messages.ERROR)
+        info = self.model._meta.app_label, self.model._meta.model_name
         if object_id:
-            return HttpResponseRedirect(reverse("admin:fleet_cluster_change", args=[object_id]))
-        return HttpResponseRedirect(reverse("admin:fleet_cluster_changelist"))
+            return HttpResponseRedirect(reverse("admin:{}_{}_change".format(*info), args=[object_id]))
+        return HttpResponseRedirect(reverse("admin:{}_{}_changelist".format(*info)))
+
+    @staticmethod
+    def _values(form, fields) -> dict:
+        return {key: form.cleaned_data[key] for key in fields if key in form.cleaned_data}
+
+
+class ClusterAdminForm(forms.ModelForm):
+    """The services' checks of what the worker may read and fetch, shown beside their fields."""
+
+    def clean(self):
+        data = super().clean()
+        values = {key: data.get(key) or "" for key in ("kubeconfig_path", "metrics_url")}
+        for field, messages_ in cluster_access_errors(**values).items():
+            for message in messages_:
+                self.add_error(field, message)
+        return data
+
+
+@admin.register(Cluster)
+class ClusterAdmin(ServiceAdmin):
+    form = ClusterAdminForm
+    list_display = ("name", "driver", "operator_namespace", "connection_state", "last_contact_at")
+    list_filter = ("driver", "connection_state")
+    search_fields = ("name",)
+    readonly_fields = ("connection_state", "last_contact_at", "last_error", "last_error_at")  # observed, not set
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}  # Django 6's default, said now
+
+    def save_model(self, request, obj, form, change):
+        values, actor = self._values(form, services.CLUSTER_EDITABLE), Actor.for_user(request.user)
+        if change:
+            saved = services.cluster_update(actor=actor, cluster=obj, **values)
+        else:
+            saved = services.cluster_create(actor=actor, **values)
+        obj.pk, obj.updated_at = saved.pk, saved.updated_at
+
+    def delete_model(self, request, obj):
+        services.cluster_delete(actor=Actor.for_user(request.user), cluster=obj)
 
 
 @admin.register(NodePool)
-class NodePoolAdmin(admin.ModelAdmin):
+class NodePoolAdmin(ServiceAdmin):
     list_display = ("name", "cluster", "node_selector")
     list_filter = ("cluster",)
     search_fields = ("name",)
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("cluster",) if obj else ()  # as in the API: a pool's cluster is chosen at creation
+
+    def save_model(self, request, obj, form, change):
+        values, actor = self._values(form, services.POOL_EDITABLE), Actor.for_user(request.user)
+        if change:
+            saved = services.pool_update(actor=actor, pool=obj, **values)
+        else:
+            saved = services.pool_create(actor=actor, cluster=form.cleaned_data["cluster"], **values)
+        obj.pk = saved.pk
+
+    def delete_model(self, request, obj):
+        services.pool_delete(actor=Actor.for_user(request.user), pool=obj)
 
 
 class GpuInline(admin.TabularInline):
@@ -70,6 +125,7 @@ class NodeAdmin(admin.ModelAdmin):
     list_filter = ("cluster", "pool", "observed_mode", "config_state", "ready")
     search_fields = ("name",)
     list_select_related = ("cluster", "pool")
+    readonly_fields = ("pool",)  # membership changes go through the pool (explicit members or its selector), audited
     inlines = [GpuInline]
 
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from core.audit import Actor
 from fleet import services
 from fleet.models import Cluster, NodePool
 from fleet.observations import GpuMetrics, GpuObservation, MigDeviceMetrics, MigDeviceObservation, NodeObservation
@@ -27,8 +28,9 @@ class DemoPool:
     replicas: int = 1
 
 
+ACTOR = Actor.system("seed_demo")
 DEMO_CLUSTERS = {
-    "prod-east": {"driver": "kubernetes", "kubeconfig_path": "/etc/tessera/kubeconfigs/prod-east.yaml"},
+    "prod-east": {"driver": "kubernetes", "kubeconfig_path": "prod-east.yaml"},
     "lab-west": {"driver": "agent"},
 }
 DEMO_POOLS = (
@@ -160,12 +162,15 @@ def seed_demo(*, seed: int = 7) -> dict:
     clusters = {}
     for name, values in DEMO_CLUSTERS.items():
         clusters[name] = Cluster.objects.filter(name=name).first() or services.cluster_create(
-            name=name, description="Demo data from `manage.py seed_demo`.", **values
+            actor=ACTOR, name=name, description="Demo data from `manage.py seed_demo`.", **values
         )
     for pool in DEMO_POOLS:
         if not NodePool.objects.filter(cluster=clusters[pool.cluster], name=pool.name).exists():
             services.pool_create(
-                cluster=clusters[pool.cluster], name=pool.name, node_selector=f"tessera.io/pool={pool.name}"
+                actor=ACTOR,
+                cluster=clusters[pool.cluster],
+                name=pool.name,
+                node_selector=f"tessera.io/pool={pool.name}",
             )
 
     trouble = {("inference", 3): "failed", ("inference", 9): "pending", ("training", 5): "cordoned"}

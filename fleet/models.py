@@ -6,6 +6,7 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
+from core.fields import NameField
 from fleet.choices import ClusterDriver, ClusterMigStrategy, ConfigState, ConnectionState, GpuHealth, SharingMode
 from fleet.health import health_words, missing_signals
 from fleet.querysets import ClusterQuerySet, GpuQuerySet, MigDeviceQuerySet, NodePoolQuerySet, NodeQuerySet
@@ -17,10 +18,11 @@ HTTP_URL = URLValidator(schemes=["http", "https"], message="Enter an http:// or 
 class Cluster(models.Model):
     """A set of nodes reached through one driver: a Kubernetes API (GPU Operator) or Tessera's node agents."""
 
-    name = models.CharField(max_length=100, unique=True)
+    name = NameField(max_length=100, unique=True)
     description = models.TextField(blank=True)
     driver = models.CharField(max_length=20, choices=ClusterDriver.choices, default=ClusterDriver.KUBERNETES)
-    # A path to a kubeconfig readable by the workers; never returned by the API or written to logs.
+    # A kubeconfig in TESSERA["KUBECONFIG_DIR"] (a path inside it or relative to it, fleet/cluster_access.py);
+    # never returned by the API or written to logs.
     kubeconfig_path = models.CharField(max_length=500, blank=True)
     in_cluster = models.BooleanField(default=False, help_text="Use the service account of the pod Tessera runs in.")
     operator_namespace = models.CharField(max_length=63, default="gpu-operator")
@@ -77,7 +79,7 @@ class NodePool(models.Model):
     """Nodes that share a sharing profile, schedule and QoS policy; members by label selector or explicitly."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pools")
-    name = models.CharField(max_length=100)
+    name = NameField(max_length=100)
     description = models.TextField(blank=True)
     node_selector = models.CharField(
         max_length=500,

@@ -1,5 +1,6 @@
 """Writes to the fleet: cluster and pool management, and idempotent recording of what nodes report."""
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import astuple, dataclass, fields
 from datetime import datetime
@@ -7,15 +8,18 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
+from core.audit import Actor, audit_record
 from core.exceptions import ApplicationError
 from fleet import enqueue
 from fleet.choices import ClusterMigStrategy, ConnectionState
+from fleet.cluster_access import cluster_access_errors
 from fleet.health import gpu_health
 from fleet.labels import parse_selector, selector_matches
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool, Pod
 from fleet.observations import GpuMetrics, MigDeviceObservation, NodeObservation, PodObservation
 
 CHUNK = 900  # stays below SQLite's bound-parameter limit with room for other parameters
+MEMBERS_AUDITED = 50  # names of nodes that joined or left a pool, per audit event
 
 NODE_FIELDS = (
     "labels",
@@ -74,18 +78,48 @@ def _save_validated(instance, update_fields=None):
     return instance
 
 
+def cluster_snapshot(cluster: Cluster) -> dict:
+    """The cluster's editable fields for the audit log; the kubeconfig path only as a fingerprint (never shown)."""
+    values = {key: getattr(cluster, key) for key in CLUSTER_EDITABLE}
+    if values["kubeconfig_path"]:
+        values["kubeconfig_path"] = "set, sha256 " + hashlib.sha256(values["kubeconfig_path"].encode()).hexdigest()[:8]
+    return values
+
+
+def pool_snapshot(pool: NodePool) -> dict:
+    return {"cluster": pool.cluster.name, **{key: getattr(pool, key) for key in POOL_EDITABLE}}
+
+
+def _check_access(cluster: Cluster) -> None:
+    """Refuse settings that would make the worker read a file or fetch a URL beyond what settings allow."""
+    errors = cluster_access_errors(kubeconfig_path=cluster.kubeconfig_path, metrics_url=cluster.metrics_url)
+    if errors:
+        raise ApplicationError(next(iter(errors.values()))[0], errors=errors)
+
+
 @transaction.atomic
-def cluster_create(**values) -> Cluster:
+def cluster_create(*, actor: Actor, **values) -> Cluster:
     """Register a cluster; the credentials reference is validated, never echoed back."""
-    return _save_validated(Cluster(**{k: v for k, v in values.items() if k in CLUSTER_EDITABLE}))
+    cluster = Cluster(**{k: v for k, v in values.items() if k in CLUSTER_EDITABLE})
+    _check_access(cluster)
+    _save_validated(cluster)
+    audit_record(actor=actor, action="cluster.create", obj=cluster, after=cluster_snapshot(cluster))
+    return cluster
 
 
 @transaction.atomic
-def cluster_update(*, cluster: Cluster, **values) -> Cluster:
+def cluster_update(*, actor: Actor, cluster: Cluster, **values) -> Cluster:
+    cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+    before = cluster_snapshot(cluster)
     for key in CLUSTER_EDITABLE:
         if key in values:
             setattr(cluster, key, values[key])
-    return _save_validated(cluster)
+    _check_access(cluster)
+    _save_validated(cluster)
+    after = cluster_snapshot(cluster)
+    if after != before:
+        audit_record(actor=actor, action="cluster.update", obj=cluster, before=before, after=after)
+    return cluster
 
 
 def cluster_record_contact(
@@ -137,11 +171,12 @@ def cluster_record_policy(cluster: Cluster, *, mig_strategy: str, device_plugin_
 
 
 @transaction.atomic
-def cluster_delete(*, cluster: Cluster) -> None:
+def cluster_delete(*, actor: Actor, cluster: Cluster) -> None:
     """Refuse while nodes remain: their history would go with them."""
     count = cluster.nodes.count()
     if count:
         raise ApplicationError(f"Cluster {cluster.name} still has {count} nodes; remove them first.", status=409)
+    audit_record(actor=actor, action="cluster.delete", obj=cluster, before=cluster_snapshot(cluster))
     cluster.delete()
 
 
@@ -153,22 +188,28 @@ def _validate_selector(selector: str) -> None:
 
 
 @transaction.atomic
-def pool_create(*, cluster: Cluster, **values) -> NodePool:
+def pool_create(*, actor: Actor, cluster: Cluster, **values) -> NodePool:
     """Create a pool; with a node selector, the cluster's matching nodes join once the worker has run."""
     _validate_selector(values.get("node_selector", ""))
     pool = _save_validated(NodePool(cluster=cluster, **{k: v for k, v in values.items() if k in POOL_EDITABLE}))
+    audit_record(actor=actor, action="pool.create", obj=pool, after=pool_snapshot(pool))
     _enqueue_selector(pool)
     return pool
 
 
 @transaction.atomic
-def pool_update(*, pool: NodePool, **values) -> NodePool:
+def pool_update(*, actor: Actor, pool: NodePool, **values) -> NodePool:
     if "node_selector" in values:
         _validate_selector(values["node_selector"])
+    pool = NodePool.objects.select_for_update().select_related("cluster").get(pk=pool.pk)
+    before = pool_snapshot(pool)
     for key in POOL_EDITABLE:
         if key in values:
             setattr(pool, key, values[key])
     _save_validated(pool)
+    after = pool_snapshot(pool)
+    if after != before:
+        audit_record(actor=actor, action="pool.update", obj=pool, before=before, after=after)
     _enqueue_selector(pool)
     return pool
 
@@ -179,13 +220,40 @@ def _enqueue_selector(pool: NodePool) -> None:
 
 
 @transaction.atomic
-def pool_delete(*, pool: NodePool) -> None:
+def pool_delete(*, actor: Actor, pool: NodePool) -> None:
     """Members fall back to no pool; nothing else is lost."""
+    audit_record(
+        actor=actor,
+        action="pool.delete",
+        obj=pool,
+        before={**pool_snapshot(pool), "members": pool.nodes.count()},
+    )
     pool.delete()
 
 
+def _audit_members(*, actor: Actor, pool: NodePool, before: set[str], after: set[str], action: str) -> None:
+    """One event per membership change: the counts, and the names that joined and left (the first 50 of each)."""
+    if before == after:
+        return
+    audit_record(
+        actor=actor,
+        action=action,
+        obj=pool,
+        before={"members": len(before)},
+        after={
+            "members": len(after),
+            "joined": sorted(after - before)[:MEMBERS_AUDITED],
+            "left": sorted(before - after)[:MEMBERS_AUDITED],
+        },
+    )
+
+
+def _member_names(pool: NodePool) -> set[str]:
+    return set(Node.objects.filter(pool=pool).values_list("name", flat=True))
+
+
 @transaction.atomic
-def pool_set_members(*, pool: NodePool, nodes: Iterable[Node]) -> int:
+def pool_set_members(*, actor: Actor, pool: NodePool, nodes: Iterable[Node]) -> int:
     """Make exactly these nodes the pool's members; only for pools without a selector, nodes of the same cluster."""
     if pool.node_selector:
         raise ApplicationError(
@@ -199,14 +267,20 @@ def pool_set_members(*, pool: NodePool, nodes: Iterable[Node]) -> int:
             "Nodes must belong to the pool's cluster.",
             errors={"nodes": [f"{', '.join(foreign[:5])} not in cluster {pool.cluster.name}"]},
         )
+    before = _member_names(pool)
     ids = [n.pk for n in nodes]
     Node.objects.filter(pool=pool).exclude(pk__in=ids).update(pool=None, updated_at=timezone.now())
-    return Node.objects.filter(pk__in=ids).update(pool=pool, updated_at=timezone.now())
+    count = Node.objects.filter(pk__in=ids).update(pool=pool, updated_at=timezone.now())
+    _audit_members(actor=actor, pool=pool, before=before, after=_member_names(pool), action="pool.set_members")
+    return count
 
 
+@transaction.atomic
 def pool_apply_selector(*, pool: NodePool) -> int:
-    """Re-evaluate a selector pool's membership against the labels its cluster's nodes reported."""
+    """Re-evaluate a selector pool's membership against the labels its cluster's nodes reported; who joined and
+    left is audited as the selector's doing (the selector change itself is audited by pool_update)."""
     requirements = parse_selector(pool.node_selector)
+    before = _member_names(pool)
     member_ids, leaving_ids = [], []
     for pk, labels, pool_id in Node.objects.live().filter(cluster=pool.cluster_id).values_list("pk", "labels", "pool"):
         if selector_matches(requirements, labels):
@@ -218,6 +292,8 @@ def pool_apply_selector(*, pool: NodePool) -> int:
         Node.objects.filter(pk__in=chunk).update(pool=None, updated_at=now)
     for chunk in _chunks(member_ids):
         Node.objects.filter(pk__in=chunk).update(pool=pool, updated_at=now)
+    after = _member_names(pool)
+    _audit_members(actor=Actor.system("pool selector"), pool=pool, before=before, after=after, action="pool.members")
     return len(member_ids)
 
 

@@ -4,7 +4,6 @@
 from datetime import timedelta
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
@@ -23,7 +22,7 @@ from fleet.models import AgentJoinToken, Cluster, Gpu, Node, PendingAgent
 from fleet.tables import PAGE_SIZE, node_table
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 @vary_on_headers("HX-Request")
 def node_list(request):
@@ -31,7 +30,7 @@ def node_list(request):
     return render_table_page(request, "fleet/node_list.html", "node-table", node_table(request))
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 @vary_on_headers("HX-Request")
 def gpu_list(request):
@@ -47,14 +46,14 @@ def gpu_list(request):
     return render_table_page(request, "fleet/gpu_list.html", "gpu-table", context)
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def cluster_list(request):
     """Every cluster with its connection state and how many pools, nodes and GPUs it has."""
     return render(request, "fleet/cluster_list.html", {"clusters": selectors.cluster_rows()})
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def cluster_detail(request, pk):
     """One cluster: connection and last error, its pools, and the state of its nodes and GPUs."""
@@ -69,7 +68,7 @@ def cluster_detail(request, pk):
     return render(request, "fleet/cluster_detail.html", context)
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def pool_list(request):
     """Every node pool with its cluster and member counts."""

@@ -6,6 +6,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.urls import reverse
 
+from core.fields import NameField
 from fleet.models import NodePool
 from scheduling import windows
 from sharing.choices import BusyPolicy
@@ -21,7 +22,7 @@ class Schedule(models.Model):
     """A pool's calendar: windows → profile, a baseline outside them, exception dates, the policy for busy GPUs."""
 
     pool = models.OneToOneField(NodePool, on_delete=models.CASCADE, related_name="schedule")
-    name = models.CharField(max_length=100)
+    name = NameField(max_length=100)
     time_zone = models.CharField(max_length=64, default="UTC", validators=[validate_time_zone])
     baseline_profile = models.ForeignKey(
         SharingProfile,
@@ -71,7 +72,7 @@ class ScheduleWindow(models.Model):
     """Weekdays (0 = Monday) and local start/end (end ≤ start crosses midnight) during which `profile` applies."""
 
     schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="windows")
-    name = models.CharField(max_length=100)
+    name = NameField(max_length=100)
     weekdays = models.JSONField(help_text="Days the window starts on, 0 = Monday … 6 = Sunday.")
     start = models.TimeField()
     end = models.TimeField()

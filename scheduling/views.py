@@ -5,7 +5,6 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -76,7 +75,7 @@ def _now_and_next(schedule, calendar, label, now) -> None:
     )
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def schedule_list(request):
     """Every schedule: its pool and zone, the window and profile in force now, and the next change."""
@@ -89,7 +88,7 @@ def schedule_list(request):
     return render(request, "scheduling/schedule_list.html", context)
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def schedule_detail(request, pk):
     """One schedule: the week drawn, the changes of the next 7 days, and what the next one does to the pool."""

@@ -6,6 +6,7 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
+from core.fields import NameField
 from fleet.choices import SharingMode
 from fleet.models import Node, NodePool
 from sharing.choices import (
@@ -25,7 +26,7 @@ from sharing.spec import KeptConfigs, ProfileSpec
 class SharingProfile(models.Model):
     """How a node's GPUs are shared: one of the four modes and its parameters, checked against its GPU products."""
 
-    name = models.CharField(max_length=100, unique=True)
+    name = NameField(max_length=100, unique=True)
     description = models.TextField(blank=True)
     mode = models.CharField(max_length=20, choices=SharingMode.choices)
     target_products = models.JSONField(default=list, help_text="GPU Feature Discovery product names it is for.")
@@ -106,7 +107,7 @@ class QoSPolicy(models.Model):
     """How work on a pool must behave: workload rules checked against observed pods, GPU settings and host
     tuning applied by agents, and kubelet settings expected (read, never changed)."""
 
-    name = models.CharField(max_length=100, unique=True)
+    name = NameField(max_length=100, unique=True)
     description = models.TextField(blank=True)
     # Workload rules
     required_qos = models.CharField(max_length=12, choices=RequiredQoS.choices, default=RequiredQoS.ANY)

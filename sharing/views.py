@@ -2,7 +2,6 @@
 checked live; and pinning a node from its page. Preview, assign and QoS pages compose other apps: see `console`."""
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.db.models import Count, Prefetch
 from django.shortcuts import get_object_or_404, render
@@ -64,7 +63,7 @@ def _save(request, form: ProfileForm, profile: SharingProfile | None):
     return redirect_after_change(request, saved.get_absolute_url())
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def profile_list(request):
     """Every sharing profile: mode, layouts, target products, and the pools and nodes that use it."""
@@ -78,7 +77,7 @@ def profile_list(request):
     return render(request, "sharing/profile_list.html", {"profiles": profiles})
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def profile_detail(request, pk):
     """One profile: its spec, the layout drawn per product, who uses it, assign and pin (through the preview)."""

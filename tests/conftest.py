@@ -68,10 +68,17 @@ def parse_metrics(text: str) -> dict:
 
 
 @pytest.fixture
-def scrape(client):
-    """GET /metrics through the test client, parsed by parse_metrics."""
+def scrape(client, django_user_model):
+    """GET /metrics through the test client as a signed-in viewer (anonymous callers need the metrics token),
+    parsed by parse_metrics."""
+    from tests.factories import UserFactory
+
+    scraper = django_user_model.objects.filter(username="metrics-scraper").first() or UserFactory(
+        username="metrics-scraper", role="viewer"
+    )
 
     def get() -> dict:
+        client.force_login(scraper)
         response = client.get("/metrics")
         assert response.status_code == 200
         return parse_metrics(response.content.decode())

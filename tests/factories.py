@@ -30,7 +30,7 @@ class ClusterFactory(factory.django.DjangoModelFactory):
 
     name = factory.Sequence(lambda n: f"cluster-{n}")
     driver = "kubernetes"
-    kubeconfig_path = "/etc/tessera/kubeconfig"
+    kubeconfig_path = "kubeconfig.yaml"  # a name in TESSERA["KUBECONFIG_DIR"]
 
 
 class NodePoolFactory(factory.django.DjangoModelFactory):

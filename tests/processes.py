@@ -219,9 +219,12 @@ def manage_py(var_dir: Path, *args: str, name: str = "manage"):
 
 
 @contextmanager
-def prometheus_server(work_dir: Path, *, targets: list[str], rule_files: list[Path], interval: str = "1s"):
-    """Debian's Prometheus on a free loopback port scraping `targets` (host:port, path /metrics) and evaluating
-    `rule_files` every `interval`, its data in `work_dir`; yields its base URL once it is ready."""
+def prometheus_server(
+    work_dir: Path, *, targets: list[str], rule_files: list[Path], interval: str = "1s", bearer_token: str = ""
+):
+    """Debian's Prometheus on a free loopback port scraping `targets` (host:port, path /metrics, with
+    `Authorization: Bearer` when a token is given) and evaluating `rule_files` every `interval`, its data in
+    `work_dir`; yields its base URL once it is ready."""
     binary = required_binary("prometheus", "prometheus")
     port = free_port()
     config = work_dir / "prometheus.yml"
@@ -231,6 +234,7 @@ def prometheus_server(work_dir: Path, *, targets: list[str], rule_files: list[Pa
         f"rule_files: [{', '.join(str(p) for p in rule_files)}]\n"
         "scrape_configs:\n"
         f"  - job_name: tessera\n    static_configs: [{{targets: [{', '.join(targets)}]}}]\n"
+        + (f"    authorization: {{credentials: {bearer_token}}}\n" if bearer_token else "")
     )
     log_path = work_dir / "prometheus.log"
     log = open(log_path, "wb")  # noqa: SIM115 - closed below

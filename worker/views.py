@@ -2,7 +2,6 @@
 with pause / resume / cancel for operators."""
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import CharField, Q
 from django.db.models.functions import Cast
@@ -50,7 +49,7 @@ def _progress(rollout: Rollout) -> dict:
     return progress
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 @vary_on_headers("HX-Request")
 def rollout_list(request):
@@ -95,14 +94,14 @@ def _live_context(pk: int) -> dict:
     }
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def rollout_detail(request, pk):
     """One rollout: strategy, progress bar and a dot per node, the node table and the event stream, live."""
     return render(request, "worker/rollout_detail.html", _live_context(pk))
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def rollout_live(request, pk):
     """The rollout page's live section alone, polled every 2 s while the rollout runs or is paused."""

@@ -11,7 +11,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from agent import protocol
-from core.api.fields import RefField
+from core.api.fields import RefField, db_max_value
 from fleet.models import AgentCredential, AgentJoinToken, Cluster, PendingAgent
 
 # --- decoding: the protocol's codec, compiled -----------------------------------------------------------------------
@@ -218,6 +218,7 @@ class AgentJoinTokenCreateSerializer(serializers.Serializer):
         required=False,
         allow_null=True,
         min_value=1,
+        max_value=db_max_value(AgentJoinToken, "max_uses"),
         help_text="Empty: any number of new nodes until it expires; 1: single-use.",
     )
     node_name_pattern = serializers.CharField(

@@ -82,7 +82,7 @@ class AgentJSONParser(JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
         try:
             return json.loads(stream.read() if stream is not None else b"null")
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:  # RecursionError: nested too deeply, a 400 like any bad JSON
             raise ParseError(f"JSON parse error - {error}") from None
 
 

@@ -1,9 +1,11 @@
 """Settings shared by every environment; everything that differs comes from the environment."""
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
 from celery.schedules import crontab
+from csp.constants import NONE, SELF, UNSAFE_INLINE
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 env = environ.Env()
@@ -28,7 +30,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "rest_framework",
-    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -36,6 +37,8 @@ INSTALLED_APPS = [
     "template_partials",
     "django_celery_beat",
     "django_celery_results",
+    "axes",
+    "csp",
     "core",
     "fleet",
     "sharing",
@@ -47,6 +50,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -55,7 +59,27 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks: turns a locked-out sign-in into its page
 ]
+
+# No inline script anywhere (pages, HTMX fragments, the API docs, Django's admin): script only from our own static
+# files, so an injected <script> or onclick= does not run. Inline style stays allowed: bars and meters set their
+# width in a style attribute, and style cannot run code. Redoc builds a web worker from a blob.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, UNSAFE_INLINE],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "worker-src": [SELF, "blob:"],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -98,9 +122,21 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = DATABASES["default"]["ENGINE"] != "
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 12}},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Failed sign-ins (UI and Django admin) are counted per username and per client address (django-axes): after
+# AXES_FAILURE_LIMIT in a row, that username and that address are locked out until the cool-off passes or an admin
+# deletes the access attempt (Admin → Axes → Access attempts, or `manage.py axes_reset`).
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env.int("TESSERA_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("TESSERA_LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: one account from anywhere, or one address
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "core.addresses.client_address"  # X-Forwarded-For only through trusted proxies
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "console:overview"
 LOGOUT_REDIRECT_URL = "login"
@@ -121,10 +157,15 @@ STORAGES = {
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: an anonymous request then gets 401 with WWW-Authenticate instead of 403.
-        "rest_framework.authentication.TokenAuthentication",
+        "core.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["core.permissions.RolePermission"],
+    "DEFAULT_PARSER_CLASSES": [
+        "core.api.parsers.JSONParser",  # with a nesting depth limit
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.SearchFilter",
@@ -141,6 +182,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Control plane for sharing NVIDIA GPUs: fleet inventory, sharing profiles, schedules, rollouts.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["core.permissions.ApiDocsPermission"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
@@ -193,6 +235,7 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # Tessera's own knobs.
+LOOPBACK = ["127.0.0.1", "localhost", "::1"]  # metrics hosts of the embedded default (local.py, test.py)
 TESSERA = {
     # A node whose last observation (agent report or Kubernetes watch) is older than this is stale.
     "STALE_AFTER_SECONDS": env.int("TESSERA_STALE_AFTER_SECONDS", default=180),
@@ -237,6 +280,19 @@ TESSERA = {
     "READYZ_REQUIRED": env.list("TESSERA_READYZ_REQUIRED", default=["database"]),
     # A schedule transition whose pool still has nodes waiting for a change this long after it is missed.
     "SCHEDULE_GRACE_SECONDS": env.int("TESSERA_SCHEDULE_GRACE_SECONDS", default=600),
+    # Who reads /api/schema/ and /api/docs/ without a role, and /metrics without a sign-in: nobody unless opened here.
+    # Prometheus scrapes /metrics with `Authorization: Bearer <METRICS_TOKEN>` (bearer_token_file in its config).
+    "API_DOCS_PUBLIC": env.bool("TESSERA_API_DOCS_PUBLIC", default=False),
+    "METRICS_PUBLIC": env.bool("TESSERA_METRICS_PUBLIC", default=False),
+    "METRICS_TOKEN": env("TESSERA_METRICS_TOKEN", default=""),
+    # Days a user's API token works after it was made (0: until rotated).
+    "API_TOKEN_DAYS": env.int("TESSERA_API_TOKEN_DAYS", default=90),
+    # What cluster settings may make the worker read or fetch (fleet/cluster_access.py): kubeconfigs from this
+    # directory only (mount a Secret there), credential plugins that run a command (`exec`) only when allowed, and
+    # metrics URLs on these hosts only (patterns such as *.svc, or networks such as 10.0.0.0/8).
+    "KUBECONFIG_DIR": env("TESSERA_KUBECONFIG_DIR", default="/etc/tessera/kubeconfigs"),
+    "KUBECONFIG_ALLOW_EXEC": env.bool("TESSERA_KUBECONFIG_ALLOW_EXEC", default=False),
+    "METRICS_URL_ALLOW": env.list("TESSERA_METRICS_URL_ALLOW", default=["*.svc", "*.svc.cluster.local"]),
 }
 # The daily prunes (UTC, off-peak): each app prunes what it owns. Rollouts first (a gone node stays while a kept
 # rollout names it), then the fleet, then core, which also checkpoints and truncates the SQLite WAL.

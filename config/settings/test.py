@@ -5,7 +5,7 @@ import tempfile
 from pathlib import Path
 
 from config.settings.base import *  # noqa: F403
-from config.settings.base import DATABASES, TESSERA, env
+from config.settings.base import DATABASES, LOOPBACK, TESSERA, env
 
 SECRET_KEY = "tessera-test-secret-key-not-for-production"
 DEBUG = False
@@ -23,6 +23,9 @@ TESSERA = {
     # pytest writes agent reports at once (no flush thread: a test that buffers flushes itself); the web servers that
     # integration tests start buffer as in production (tests/processes.py).
     "AGENT_REPORT_FLUSH_SECONDS": env.float("TESSERA_AGENT_REPORT_FLUSH_SECONDS", default=0),
+    # The simulator and pytest write kubeconfigs into temporary directories and serve metrics on loopback.
+    "KUBECONFIG_DIR": tempfile.gettempdir(),
+    "METRICS_URL_ALLOW": [*TESSERA["METRICS_URL_ALLOW"], *LOOPBACK],
 }
 WHITENOISE_AUTOREFRESH = True  # serve from the finders; tests never run collectstatic
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

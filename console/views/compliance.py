@@ -2,7 +2,6 @@
 grouped by node, kubelet mismatches, and the admission objects enforcing it (worker)."""
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -35,7 +34,7 @@ def _offenders_by_node(violations: list[dict], node_ids: dict[str, int]) -> list
     ]
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def compliance_list(request):
     """Every pool's last QoS compliance check: the policy in force now, when it was checked, what it found."""
@@ -86,7 +85,7 @@ def _compliance_context(pool: NodePool) -> dict:
     return context
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def pool_compliance(request, pk):
     """One pool against its QoS policy: offending pods grouped by node with the rule each breaks, and kubelets that

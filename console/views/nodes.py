@@ -1,11 +1,11 @@
 """Node and GPU pages: what each reported beside what it should be (pin, schedule window or pool), its QoS
 settings beside what it runs, its change history and its agent."""
 
-from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from core.roles import Role, has_role
+from core.views import role_required
 from fleet import selectors
 from fleet.choices import ClusterDriver
 from fleet.models import AgentCredential, Node
@@ -58,7 +58,7 @@ def _node_qos(node: Node, gpus: list) -> dict:
     return qos
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def node_detail(request, pk):
     """One node as it last reported, beside what it should be (pin, schedule or pool); its change history and GPUs."""
@@ -80,7 +80,7 @@ def node_detail(request, pk):
     return render(request, "console/node_detail.html", context)
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def node_state(request, pk):
     """The node page's state section alone, polled so a rollout's progress shows without reloading."""
@@ -88,7 +88,7 @@ def node_state(request, pk):
     return render(request, "console/node_detail.html#node-state", {"node": node})
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def gpu_detail(request, pk):
     """One GPU: every observed field, its MIG layout drawn large, and its MIG devices with who uses them."""

@@ -1,13 +1,13 @@
 """The overview: the fleet's totals, what needs attention (from every app), upcoming changes and the node table."""
 
-from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Max, Q, Subquery, Sum, Value
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from core.embedded import children_status
-from core.views import render_table_page, wants_fragment
+from core.roles import Role
+from core.views import render_table_page, role_required, wants_fragment
 from fleet import agent_credentials, selectors
 from fleet.choices import ClusterDriver
 from fleet.models import Node
@@ -44,7 +44,7 @@ def _overview_stats() -> dict:
     return stats
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 @vary_on_headers("HX-Request")
 def overview(request):
@@ -57,7 +57,7 @@ def overview(request):
     return render_table_page(request, "console/overview.html", "node-table", context)
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def overview_stats(request):
     """The overview's totals, charts and attention list on their own, polled by the overview to stay live."""

@@ -1,16 +1,17 @@
 """A pool's page: how it selects nodes, the profile and QoS policy in force now and why, its nodes and GPUs."""
 
-from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
+from core.roles import Role
+from core.views import role_required
 from fleet import selectors
 from fleet.models import Gpu, Node, NodePool
 from scheduling.selectors import pool_states
 from sharing.models import QoSComplianceReport
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def pool_detail(request, pk):
     """One pool: how it selects nodes, its profile and QoS policy now, and the state of its nodes and GPUs."""

@@ -2,7 +2,6 @@
 strategy) or pin the nodes. Composes sharing's impact with worker's rollouts."""
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -41,7 +40,7 @@ def _preview(request, profile, scope: PreviewScopeForm, *, assign_form=None, pin
     return render(request, "console/profile_preview.html", context, status=status)
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def profile_preview(request, pk):
     """What applying the profile to a pool or to nodes would do, before an operator confirms it."""

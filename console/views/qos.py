@@ -2,7 +2,6 @@
 which policy a pool runs now), each policy's page with its admission state (worker), attach and detach."""
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Prefetch, Sum
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -84,7 +83,7 @@ def _qos_save(request, form: QoSPolicyForm, policy: QoSPolicy | None):
     return redirect_after_change(request, saved.get_absolute_url())
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def qos_list(request):
     """Every QoS policy: its workload rules and settings in short, the pools and windows using it, violations."""
@@ -143,7 +142,7 @@ def _qos_detail(request, policy: QoSPolicy, *, attach_form=None, attach_error=""
     return render(request, template, context, status=status)
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 @vary_on_headers("HX-Request")
 def qos_detail(request, pk):

@@ -1,7 +1,15 @@
 """One error shape for every API error: {"message": "...", "errors": {"field": ["..."]}}."""
 
-from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied
+from django.conf import settings
+from django.core.exceptions import (
+    NON_FIELD_ERRORS,
+    PermissionDenied,
+    RequestDataTooBig,
+    TooManyFieldsSent,
+    TooManyFilesSent,
+)
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DataError
 from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.response import Response
@@ -9,6 +17,8 @@ from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from core.exceptions import ApplicationError
+
+OUT_OF_RANGE = "A value is out of range for its field."
 
 
 def _flatten(detail) -> dict[str, list[str]]:
@@ -39,6 +49,14 @@ def exception_handler(exc, context):
         # Errors of the whole model (a constraint over several fields) go under DRF's key: one name for clients.
         non_field = api_settings.NON_FIELD_ERRORS_KEY
         exc = exceptions.ValidationError({non_field if f == NON_FIELD_ERRORS else f: m for f, m in detail.items()})
+    elif isinstance(exc, RequestDataTooBig):
+        exc = exceptions.ParseError(f"The request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes.")
+    elif isinstance(exc, TooManyFieldsSent | TooManyFilesSent):
+        exc = exceptions.ParseError("The request has too many fields or files.")
+    elif isinstance(exc, OverflowError | DataError):
+        # A number beyond its column's range that no serializer bound caught (SQLite: OverflowError; PostgreSQL:
+        # DataError "out of range"): the input's fault, never a 500.
+        exc = exceptions.ValidationError({api_settings.NON_FIELD_ERRORS_KEY: [OUT_OF_RANGE]})
     elif isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):

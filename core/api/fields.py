@@ -1,5 +1,7 @@
-"""Links between API objects: a neighbour is written as its id and read as {"id", "name", "url"}."""
+"""Fields shared by every app's serializers: links between API objects (a neighbour is written as its id and read as
+{"id", "name", "url"}) and the bounds of integer columns."""
 
+from django.db import connection
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.plumbing import build_basic_type
 from drf_spectacular.types import OpenApiTypes
@@ -49,3 +51,11 @@ class RefFieldSchema(OpenApiSerializerFieldExtension):
         if direction == "request":
             return build_basic_type(OpenApiTypes.INT)
         return auto_schema.resolve_serializer(RefSerializer, direction).ref
+
+
+def db_max_value(model, field_name: str) -> int | None:
+    """The largest value the database column of an integer model field holds: the max_value of a plain serializer
+    field that feeds it, so an out-of-range number is a 400 and not an OverflowError (a ModelSerializer's fields get
+    it from the model field's own validators)."""
+    field = model._meta.get_field(field_name)
+    return connection.ops.integer_field_range(field.get_internal_type())[1]

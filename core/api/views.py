@@ -26,13 +26,19 @@ class MeView(APIView):
 
 
 class TokenRotateView(APIView):
-    """Replace the caller's own API token; the new key is returned once, here."""
+    """Replace the caller's own API token; the new token is returned once, here, and never stored in clear."""
 
     action_roles = {None: Role.VIEWER}
 
-    @extend_schema(request=None, responses=inline_serializer("TokenRotated", {"token": serializers.CharField()}))
+    @extend_schema(
+        request=None,
+        responses=inline_serializer(
+            "TokenRotated", {"token": serializers.CharField(), "expires_at": serializers.DateTimeField(allow_null=True)}
+        ),
+    )
     def post(self, request):
-        return Response({"token": services.api_token_rotate(user=request.user).key})
+        token, plain = services.api_token_rotate(user=request.user)
+        return Response({"token": plain, "expires_at": token.expires_at}, headers={"Cache-Control": "no-store"})
 
 
 class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):

@@ -11,7 +11,7 @@ from rest_framework import serializers
 from rest_framework.reverse import reverse
 
 from agent import protocol
-from core.api.fields import RefField, ref
+from core.api.fields import RefField, db_max_value, ref
 from fleet.api.protocol import protocol_serializer
 from fleet.health import health_words
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
@@ -130,7 +130,9 @@ class NodePoolSerializer(serializers.ModelSerializer):
 class PoolMembersSetSerializer(serializers.Serializer):
     """The complete new member list of a pool, as node ids (live nodes of the pool's cluster)."""
 
-    nodes = serializers.ListField(child=serializers.IntegerField(min_value=1), max_length=10_000)
+    nodes = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=db_max_value(Node, "id")), max_length=10_000
+    )
 
     def validate_nodes(self, ids):
         nodes = list(Node.objects.live().filter(pk__in=set(ids)))

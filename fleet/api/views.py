@@ -8,6 +8,7 @@ from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from core.audit import Actor
 from fleet import services
 from fleet.api import serializers
 from fleet.filtersets import ClusterFilterSet, GpuFilterSet, MigDeviceFilterSet, NodeFilterSet, NodePoolFilterSet
@@ -37,14 +38,18 @@ class ClusterViewSet(FleetViewSetMixin, viewsets.ModelViewSet):
     filterset_class = ClusterFilterSet
 
     def perform_create(self, serializer):
-        serializer.instance = self.reread(services.cluster_create(**serializer.validated_data))
+        serializer.instance = self.reread(
+            services.cluster_create(actor=Actor.from_request(self.request), **serializer.validated_data)
+        )
 
     def perform_update(self, serializer):
-        cluster = services.cluster_update(cluster=serializer.instance, **serializer.validated_data)
+        cluster = services.cluster_update(
+            actor=Actor.from_request(self.request), cluster=serializer.instance, **serializer.validated_data
+        )
         serializer.instance = self.reread(cluster)
 
     def perform_destroy(self, instance):
-        services.cluster_delete(cluster=instance)
+        services.cluster_delete(actor=Actor.from_request(self.request), cluster=instance)
 
 
 class NodePoolViewSet(FleetViewSetMixin, viewsets.ModelViewSet):
@@ -55,13 +60,18 @@ class NodePoolViewSet(FleetViewSetMixin, viewsets.ModelViewSet):
     filterset_class = NodePoolFilterSet
 
     def perform_create(self, serializer):
-        serializer.instance = self.reread(services.pool_create(**serializer.validated_data))
+        serializer.instance = self.reread(
+            services.pool_create(actor=Actor.from_request(self.request), **serializer.validated_data)
+        )
 
     def perform_update(self, serializer):
-        serializer.instance = self.reread(services.pool_update(pool=serializer.instance, **serializer.validated_data))
+        pool = services.pool_update(
+            actor=Actor.from_request(self.request), pool=serializer.instance, **serializer.validated_data
+        )
+        serializer.instance = self.reread(pool)
 
     def perform_destroy(self, instance):
-        services.pool_delete(pool=instance)
+        services.pool_delete(actor=Actor.from_request(self.request), pool=instance)
 
     @extend_schema(methods=["GET"], responses=serializers.PoolMembersSerializer)
     @extend_schema(
@@ -74,7 +84,9 @@ class NodePoolViewSet(FleetViewSetMixin, viewsets.ModelViewSet):
         if request.method == "POST":
             serializer = serializers.PoolMembersSetSerializer(data=request.data)
             serializer.is_valid(raise_exception=True)
-            services.pool_set_members(pool=pool, nodes=serializer.validated_data["nodes"])
+            services.pool_set_members(
+                actor=Actor.from_request(request), pool=pool, nodes=serializer.validated_data["nodes"]
+            )
         members = {"nodes": pool.nodes.live().order_by("name")}
         return Response(serializers.PoolMembersSerializer(members, context=self.get_serializer_context()).data)
 

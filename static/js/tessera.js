@@ -81,6 +81,11 @@ async function copyText(button) {
   setTimeout(() => { button.textContent = "Copy"; }, 2500);
 }
 
+// A token shown once: focusing its field selects it for copying (no inline handlers: the CSP allows no inline script).
+document.addEventListener("focusin", (event) => {
+  if (event.target.matches("[data-select-on-focus]")) event.target.select();
+});
+
 document.addEventListener("DOMContentLoaded", () => enhance(document));
 document.addEventListener("htmx:load", (event) => enhance(event.detail.elt));
 document.addEventListener("change", (event) => {

@@ -15,7 +15,6 @@ from django.urls import include, path
 from django.utils import timezone
 from drf_spectacular.drainage import GENERATOR_STATS
 from drf_spectacular.generators import SchemaGenerator
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from agent import protocol
@@ -37,6 +36,7 @@ from agents.observations import observed_allocatable
 from agents.report_buffer import report_buffer
 from core.audit import Actor
 from core.models import AuditEvent
+from core.services import api_token_rotate
 from fleet import agent_credentials
 from fleet.api.protocol import PROTOCOL_MIRRORS
 from fleet.models import AgentCredential, AgentJoinToken, Gpu, GpuEvent, MigDevice, Node
@@ -453,10 +453,10 @@ def test_user_sessions_and_tokens_are_refused_by_agent_endpoints(node_a, admin_u
     body = report_of(backend, hostname=node_a[1].name).to_dict()
     session = Client()
     session.force_login(admin_user)
-    token = Token.objects.create(user=admin_user)
+    _, token = api_token_rotate(user=admin_user)
     with_token = APIClient()
-    with_token.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
-    bearer_user_token = agent_client(token.key)
+    with_token.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    bearer_user_token = agent_client(token)
     for client in (session, with_token, bearer_user_token, APIClient()):
         assert client.post(REPORT, body, content_type="application/json").status_code == 401
         assert client.get(DESIRED).status_code == 401

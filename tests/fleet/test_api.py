@@ -127,7 +127,7 @@ def test_cluster_shows_what_its_cluster_policy_says_and_refuses_to_have_it_writt
 
 
 def test_admin_creates_and_updates_a_cluster_without_the_kubeconfig_coming_back(admin_api):
-    payload = {"name": "lab", "driver": "kubernetes", "kubeconfig_path": "/secrets/lab.yaml"}
+    payload = {"name": "lab", "driver": "kubernetes", "kubeconfig_path": "lab.yaml"}  # in KUBECONFIG_DIR
     created = admin_api.post("/api/v1/clusters/", payload, format="json")
     assert created.status_code == 201, created.data
     assert "kubeconfig_path" not in created.data
@@ -137,7 +137,7 @@ def test_admin_creates_and_updates_a_cluster_without_the_kubeconfig_coming_back(
     assert updated.status_code == 200, updated.data
     assert "kubeconfig_path" not in updated.data
     cluster = Cluster.objects.get(pk=created.data["id"])
-    assert (cluster.description, cluster.kubeconfig_path) == ("GPU lab", "/secrets/lab.yaml")
+    assert (cluster.description, cluster.kubeconfig_path) == ("GPU lab", "lab.yaml")
 
 
 def test_kubernetes_cluster_without_credentials_is_a_400(admin_api):
@@ -353,7 +353,7 @@ def test_observed_inventory_is_read_only_even_for_admins(admin_api, path):
 
 def test_token_authentication(fleet, viewer):
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {core_services.api_token_get_or_create(user=viewer).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {core_services.api_token_rotate(user=viewer)[1]}")
     assert client.get("/api/v1/gpus/").status_code == 200
     client.credentials(HTTP_AUTHORIZATION="Token not-a-token")
     assert_error(client.get("/api/v1/gpus/"), 401)
@@ -556,7 +556,7 @@ def test_gpu_page_of_500_takes_at_most_8_queries_with_token_auth(viewer, query):
     seed(30)
     pool = NodePool.objects.first()
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {core_services.api_token_get_or_create(user=viewer).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {core_services.api_token_rotate(user=viewer)[1]}")
     with CaptureQueriesContext(connection) as queries:
         response = client.get(f"/api/v1/gpus/?page_size=500{query.format(cluster=pool.cluster_id, pool=pool.pk)}")
     assert response.status_code == 200

@@ -7,6 +7,7 @@ import pytest
 from django.db import IntegrityError
 from django.utils import timezone
 
+from core.audit import Actor
 from core.exceptions import ApplicationError
 from fleet import services
 from fleet.models import Gpu, MigDevice, Node
@@ -14,6 +15,7 @@ from fleet.observations import GpuMetrics, GpuObservation, MigDeviceObservation,
 from tests.factories import ClusterFactory, GpuFactory, NodeFactory, NodePoolFactory
 
 pytestmark = pytest.mark.django_db
+ACTOR = Actor.system("test")
 
 
 def _gpu(index, uuid, mig=None):
@@ -146,14 +148,14 @@ def test_pool_set_members_checks_cluster_and_selector():
     own = NodeFactory(cluster=pool.cluster)
     other = NodeFactory()
     with pytest.raises(ApplicationError) as err:
-        services.pool_set_members(pool=pool, nodes=[own, other])
+        services.pool_set_members(actor=ACTOR, pool=pool, nodes=[own, other])
     assert "nodes" in err.value.errors
-    assert services.pool_set_members(pool=pool, nodes=[own]) == 1
+    assert services.pool_set_members(actor=ACTOR, pool=pool, nodes=[own]) == 1
     assert list(pool.nodes.all()) == [own]
 
     selector_pool = NodePoolFactory(cluster=pool.cluster, node_selector="a=b")
     with pytest.raises(ApplicationError):
-        services.pool_set_members(pool=selector_pool, nodes=[own])
+        services.pool_set_members(actor=ACTOR, pool=selector_pool, nodes=[own])
 
 
 def test_pool_with_selector_assigns_members_through_task(django_capture_on_commit_callbacks):
@@ -161,13 +163,13 @@ def test_pool_with_selector_assigns_members_through_task(django_capture_on_commi
     node = NodeFactory(cluster=cluster, labels={"role": "infer"})
     NodeFactory(cluster=cluster, labels={"role": "train"})
     with django_capture_on_commit_callbacks(execute=True):
-        pool = services.pool_create(cluster=cluster, name="infer", node_selector="role in (infer, serve)")
+        pool = services.pool_create(actor=ACTOR, cluster=cluster, name="infer", node_selector="role in (infer, serve)")
     assert list(pool.nodes.all()) == [node]
 
 
 def test_bad_selector_is_a_field_error():
     with pytest.raises(ApplicationError) as err:
-        services.pool_create(cluster=ClusterFactory(), name="p", node_selector="a in b")
+        services.pool_create(actor=ACTOR, cluster=ClusterFactory(), name="p", node_selector="a in b")
     assert "node_selector" in err.value.errors
 
 
@@ -175,11 +177,11 @@ def test_cluster_needs_credentials_and_cannot_be_deleted_with_nodes():
     from django.core.exceptions import ValidationError
 
     with pytest.raises(ValidationError):
-        services.cluster_create(name="c", driver="kubernetes")
-    cluster = services.cluster_create(name="c", driver="kubernetes", in_cluster=True)
+        services.cluster_create(actor=ACTOR, name="c", driver="kubernetes")
+    cluster = services.cluster_create(actor=ACTOR, name="c", driver="kubernetes", in_cluster=True)
     NodeFactory(cluster=cluster)
     with pytest.raises(ApplicationError) as err:
-        services.cluster_delete(cluster=cluster)
+        services.cluster_delete(actor=ACTOR, cluster=cluster)
     assert err.value.status == 409
 
 

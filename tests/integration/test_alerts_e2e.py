@@ -31,6 +31,9 @@ NODE = "gpu-node-0002"  # an H100 of the seeded fleet
 H100 = "NVIDIA-H100-80GB-HBM3"
 
 
+METRICS_TOKEN = "alerts-e2e-" + "x" * 24  # /metrics is closed to anonymous scrapers
+
+
 def fast_rules(path: Path) -> Path:
     """The production rules with ALERT firing after 2 s pending (instead of 15 min) and held for 1 s."""
     rules = yaml.safe_load(RULES.read_text())
@@ -80,10 +83,13 @@ def test_a_wedged_mig_change_fires_in_prometheus_then_resolves(sim, core, sim_cl
     sim.faults.update({"wedge": {NODE: 1}})  # MIG Manager's next apply there stays `pending` (mig-parted #485)
 
     with (
-        web_server(tmp_path, workers=2) as tessera,
+        web_server(tmp_path, workers=2, TESSERA_METRICS_TOKEN=METRICS_TOKEN) as tessera,
         manage_py(tmp_path, "watch_clusters", "--rescan", "1", name="watcher"),
         prometheus_server(
-            tmp_path, targets=[tessera.removeprefix("http://")], rule_files=[fast_rules(tmp_path / "r.yml")]
+            tmp_path,
+            targets=[tessera.removeprefix("http://")],
+            rule_files=[fast_rules(tmp_path / "r.yml")],
+            bearer_token=METRICS_TOKEN,
         ) as prom,
     ):
         wait_until(lambda: scrape_health(prom) == {"up"}, message="Prometheus to scrape Tessera")

@@ -20,11 +20,14 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from agents.lab import LAB_CLUSTER, LAB_POOL, agent_lab_command
 from console.supervisor import ChildSpec, Supervisor
+from core.audit import Actor
 from core.embedded import status_path
 from core.roles import Role
 from fleet import services as fleet_services
@@ -108,9 +111,9 @@ def _register_simulator(url: str, kubeconfig: Path) -> Cluster:
     }
     cluster = Cluster.objects.filter(name=SIM_CLUSTER).first()
     if cluster is None:
-        cluster = fleet_services.cluster_create(name=SIM_CLUSTER, **values)
+        cluster = fleet_services.cluster_create(actor=Actor.system("make run"), name=SIM_CLUSTER, **values)
     else:  # a new port, certificate and token every start: the update also renews the cached API client
-        cluster = fleet_services.cluster_update(cluster=cluster, **values)
+        cluster = fleet_services.cluster_update(actor=Actor.system("make run"), cluster=cluster, **values)
     forget_client(cluster.pk)
     return cluster
 
@@ -220,13 +223,26 @@ class Command(BaseCommand):
         )  # fmt: skip
 
     def _ensure_admin(self) -> str:
-        """Create the admin login once: from TESSERA_ADMIN_USERNAME/PASSWORD, or a generated password shown now."""
+        """Create the admin login once: from TESSERA_ADMIN_USERNAME/PASSWORD (refused unless the password validators
+        accept it), or a generated password shown once on the terminal. When the output is no terminal (a log file,
+        a service manager) the generated password goes to a file only its owner reads, never into the output."""
         username = os.environ.get("TESSERA_ADMIN_USERNAME", "admin")
         user_model = get_user_model()
         if user_model.objects.filter(username=username).exists():
             return f"Login: {username} (password as set before; change it with `make admin-password`)"
-        password = os.environ.get("TESSERA_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
+        given = os.environ.get("TESSERA_ADMIN_PASSWORD")
+        password = given or secrets.token_urlsafe(16)
+        try:
+            validate_password(password, user_model(username=username))
+        except ValidationError as exc:
+            raise CommandError(f"TESSERA_ADMIN_PASSWORD refused: {' '.join(exc.messages)}") from None
         user = user_model.objects.create_superuser(username=username, email="", password=password)
         user.groups.add(Group.objects.get(name=Role.ADMIN.group_name))
-        shown = password if "TESSERA_ADMIN_PASSWORD" not in os.environ else "(from TESSERA_ADMIN_PASSWORD)"
-        return f"Login: {username} / {shown}   (shown once; change it with `make admin-password`)"
+        if given:
+            return f"Login: {username} / (from TESSERA_ADMIN_PASSWORD)"
+        if self.stdout.isatty():
+            return f"Login: {username} / {password}   (shown once; change it with `make admin-password`)"
+        secret_file = settings.VAR_DIR / "admin-password"
+        with os.fdopen(os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+            out.write(password + "\n")
+        return f"Login: {username} / the password in {secret_file} (not a terminal: kept out of this output)"

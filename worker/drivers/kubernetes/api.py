@@ -13,7 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config.kube_config import KubeConfigLoader
 
+from fleet.cluster_access import AccessRefused, kubeconfig_read
 from worker.drivers.base import DriverError
 
 log = logging.getLogger(__name__)
@@ -40,9 +42,12 @@ def api_client(cluster) -> client.ApiClient:
         if cluster.in_cluster:
             config.load_incluster_config(client_configuration=configuration)
         else:
-            config.load_kube_config(
-                config_file=cluster.kubeconfig_path, client_configuration=configuration, persist_config=False
-            )
+            # Read and checked here (directory, no credential plugin), then loaded from what was checked.
+            kubeconfig, path = kubeconfig_read(cluster.kubeconfig_path)
+            loader = KubeConfigLoader(config_dict=kubeconfig, config_base_path=str(path.parent))
+            loader.load_and_set(configuration)
+    except AccessRefused as exc:
+        raise DriverError(f"cannot load the kubeconfig credentials of cluster {cluster.name}: {exc}") from None
     except Exception as exc:  # the path and the file's content stay out of logs and error texts
         source = "in-cluster service account" if cluster.in_cluster else "kubeconfig"
         raise DriverError(
