@@ -62,7 +62,7 @@ class ClusterAdminForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
-        values = {key: data.get(key) or "" for key in ("kubeconfig_path", "metrics_url")}
+        values = {key: data.get(key) or "" for key in ("kubeconfig_path", "metrics_url", "prometheus_url")}
         for field, messages_ in cluster_access_errors(**values).items():
             for message in messages_:
                 self.add_error(field, message)

@@ -101,7 +101,9 @@ def metrics_url_refusal(url: str) -> str | None:
     return None
 
 
-def cluster_access_errors(*, kubeconfig_path: str = "", metrics_url: str = "") -> dict[str, list[str]]:
+def cluster_access_errors(
+    *, kubeconfig_path: str = "", metrics_url: str = "", prometheus_url: str = ""
+) -> dict[str, list[str]]:
     """Per-field problems of a cluster's settings when it is saved. A kubeconfig not there yet is accepted (a Secret
     mounted later); the worker reports it until it is."""
     errors: dict[str, list[str]] = {}
@@ -116,8 +118,8 @@ def cluster_access_errors(*, kubeconfig_path: str = "", metrics_url: str = "") -
             errors["kubeconfig_path"] = [str(exc)]
         except (OSError, yaml.YAMLError):
             errors["kubeconfig_path"] = ["The kubeconfig cannot be read as YAML."]
-    if metrics_url:
-        refusal = metrics_url_refusal(metrics_url)
+    for field, url in (("metrics_url", metrics_url), ("prometheus_url", prometheus_url)):
+        refusal = metrics_url_refusal(url) if url else None
         if refusal:
-            errors["metrics_url"] = [refusal]
+            errors[field] = [refusal]
     return errors

@@ -92,7 +92,9 @@ def pool_snapshot(pool: NodePool) -> dict:
 
 def _check_access(cluster: Cluster) -> None:
     """Refuse settings that would make the worker read a file or fetch a URL beyond what settings allow."""
-    errors = cluster_access_errors(kubeconfig_path=cluster.kubeconfig_path, metrics_url=cluster.metrics_url)
+    errors = cluster_access_errors(
+        kubeconfig_path=cluster.kubeconfig_path, metrics_url=cluster.metrics_url, prometheus_url=cluster.prometheus_url
+    )
     if errors:
         raise ApplicationError(next(iter(errors.values()))[0], errors=errors)
 

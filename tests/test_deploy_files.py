@@ -66,6 +66,7 @@ CALLS = {
     "connect_get_node_proxy_with_path": [("nodes/proxy", "get", CLUSTER)],
     "list_namespaced_service": [("services", "list", OPERATOR)],
     "read_namespaced_daemon_set": [("daemonsets", "get", OPERATOR)],
+    "create_token_review": [("tokenreviews", "create", CLUSTER)],  # agents in DaemonSet pods (docs/security.md)
     "list_namespaced_event": [("events", "list", OPERATOR)],
     "read_namespaced_config_map": [("configmaps", "get", OPERATOR)],
     "list_namespaced_config_map": [("configmaps", "list", OPERATOR)],

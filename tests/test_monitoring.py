@@ -37,8 +37,9 @@ def metric_names(expr: str) -> set[str]:
 
 
 @pytest.fixture
-def exported(db, client) -> set[str]:
-    """Every metric family /metrics declares (an empty database still declares each one)."""
+def exported(db, client, viewer) -> set[str]:
+    """Every metric family /metrics declares (an empty database still declares each one), read as a viewer."""
+    client.force_login(viewer)
     text = client.get("/metrics").content.decode()
     return metric_names(" ".join(re.findall(r"^# TYPE (\S+) ", text, re.MULTILINE)))
 

@@ -2,7 +2,6 @@
 by sharing) and the admin's confirmation."""
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -45,7 +44,7 @@ def _page(request, cluster, *, error: ApplicationError | None = None, status: in
     return render(request, "console/cluster_import.html", context, status=status)
 
 
-@login_required
+@role_required(Role.VIEWER)
 @require_GET
 def cluster_import(request, pk):
     """What importing the cluster's mig-parted and device-plugin configs would create; nothing changes yet."""

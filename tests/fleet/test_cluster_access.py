@@ -10,7 +10,7 @@ from django.urls import reverse
 from tests.factories import ClusterFactory, UserFactory
 from worker.drivers.base import DriverError
 from worker.drivers.kubernetes.api import api_client, forget_client
-from worker.inventory.dcgm import fetch_metrics
+from worker.inventory.exporters import fetch_metrics
 
 pytestmark = pytest.mark.django_db
 

@@ -10,9 +10,11 @@ import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from django.conf import settings
 from django.forms.models import model_to_dict
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
@@ -278,15 +280,19 @@ def test_a_refused_query_is_an_error_with_prometheus_reason(sim, sim_cluster, pr
 
 
 def test_the_prometheus_url_must_be_http(admin_api, db):
-    payload = {"name": "lab", "driver": "kubernetes", "kubeconfig_path": "/k", "prometheus_url": "ftp://prom:9090"}
+    kubeconfig = str(Path(settings.TESSERA["KUBECONFIG_DIR"]) / "lab.kubeconfig")  # not there yet: accepted
+    payload = {"name": "lab", "driver": "kubernetes", "kubeconfig_path": kubeconfig, "prometheus_url": "ftp://p:9090"}
     response = admin_api.post("/api/v1/clusters/", payload, format="json")
     assert response.status_code == 400 and "prometheus_url" in response.data["errors"]
-    payload["prometheus_url"] = "http://prometheus.monitoring:9090"
+    payload["prometheus_url"] = "http://prometheus.elsewhere.example:9090"  # not on TESSERA_METRICS_URL_ALLOW
+    refused = admin_api.post("/api/v1/clusters/", payload, format="json")
+    assert refused.status_code == 400 and "is not allowed for metrics" in refused.data["errors"]["prometheus_url"][0]
+    payload["prometheus_url"] = "http://prometheus.monitoring.svc:9090"
     assert admin_api.post("/api/v1/clusters/", payload, format="json").status_code == 201
 
 
 def test_the_admin_form_takes_a_prometheus_url_and_refuses_other_schemes(client, db):
-    cluster = ClusterFactory(name="lab", kubeconfig_path="/k")
+    cluster = ClusterFactory(name="lab", kubeconfig_path=str(Path(settings.TESSERA["KUBECONFIG_DIR"]) / "lab.conf"))
     client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
     change = reverse("admin:fleet_cluster_change", args=[cluster.pk])
     form = client.get(change).content.decode()
@@ -296,9 +302,9 @@ def test_the_admin_form_takes_a_prometheus_url_and_refuses_other_schemes(client,
     assert refused.status_code == 200 and "Enter a valid URL." in refused.content.decode()
     cluster.refresh_from_db()
     assert cluster.prometheus_url == ""
-    assert client.post(change, {**data, "prometheus_url": "https://prom.example:9090"}).status_code == 302
+    assert client.post(change, {**data, "prometheus_url": "https://prom.monitoring.svc:9090"}).status_code == 302
     cluster.refresh_from_db()
-    assert cluster.prometheus_url == "https://prom.example:9090"
+    assert cluster.prometheus_url == "https://prom.monitoring.svc:9090"
 
 
 def _free_port() -> int:
