@@ -173,7 +173,7 @@ def test_join_token_is_shown_once_with_the_commands(page, live_server, fleet):
     sign_in(page, live_server, "ui-admin", "/agents/tokens/")
     form = page.locator("section", has=page.get_by_role("heading", name="New join token"))
     form.get_by_label("Cluster").select_option(label="prod-east")
-    form.get_by_label("Name").fill("rack-b12 DaemonSet")
+    form.get_by_label("Name", exact=True).fill("rack-b12 DaemonSet")
     form.get_by_label("Expires after").fill("48")
     form.get_by_label("Registrations, at most").fill("40")
     form.get_by_role("button", name="Create token").click()
