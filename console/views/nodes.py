@@ -10,7 +10,6 @@ from fleet import selectors
 from fleet.choices import ClusterDriver
 from fleet.models import AgentCredential, Node
 from fleet.querysets import agent_stale_cutoff
-from fleet.selectors import gpu_events, node_agent_credential, node_uuid_conflicts
 from scheduling.selectors import desired_vs_observed, pool_states
 from sharing import display
 from sharing.models import NodePin, QoSComplianceReport, SharingProfile
@@ -26,7 +25,10 @@ def _agent_credential(node: Node) -> AgentCredential | None:
     """The node's active agent credential, else its last revoked one; none read for nodes no agent ever ran on."""
     if node.cluster.driver != ClusterDriver.AGENT and not node.agent_version:
         return None
-    return node_agent_credential(node) or AgentCredential.objects.filter(node=node).select_related("join_token").first()
+    return (
+        selectors.node_agent_credential(node)
+        or AgentCredential.objects.filter(node=node).select_related("join_token").first()
+    )
 
 
 def _node_qos(node: Node, gpus: list) -> dict:
@@ -73,7 +75,7 @@ def node_detail(request, pk):
         "qos": _node_qos(node, gpus),
         "credential": _agent_credential(node),
         "agent_stale": node.agent_last_seen_at is None or node.agent_last_seen_at < agent_stale_cutoff(),
-        "uuid_conflicts": node_uuid_conflicts(node),
+        "uuid_conflicts": selectors.node_uuid_conflicts(node),
     }
     if has_role(request.user, Role.OPERATOR):
         context["pin_profiles"] = SharingProfile.objects.only("pk", "name", "mode")
@@ -99,6 +101,6 @@ def gpu_detail(request, pk):
         "node": gpu.node,
         "mig_devices": devices,
         "mig_layout": selectors.mig_layout(gpu, devices),
-        "events": gpu_events(gpu, limit=GPU_EVENTS),
+        "events": selectors.gpu_events(gpu, limit=GPU_EVENTS),
     }
     return render(request, "console/gpu_detail.html", context)
