@@ -112,7 +112,7 @@ def _reviewed_service_account(token: AgentJoinToken, service_account_token: str 
     if not service_account_token:
         raise ApplicationError(
             f"Join token {token.name} needs the agent's service-account token ({token.service_account}): "
-            "see deploy/agent-daemonset.yaml.",
+            "see deploy/overlays/agent-only/agent-daemonset.yaml.",
             status=403,
         )
     try:

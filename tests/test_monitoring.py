@@ -14,7 +14,7 @@ from tests.processes import required_binary
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "deploy" / "prometheus" / "tessera.rules.yaml"
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "tessera.rules.test.yaml"
-PROMETHEUS_RULE = ROOT / "deploy" / "prometheus-rule.yaml"
+PROMETHEUS_RULE = ROOT / "deploy" / "base" / "prometheus-rule.yaml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "tessera-dashboard.json"
 RUNBOOKS = ROOT / "docs" / "runbooks"
 SUFFIXES = ("_bucket", "_count", "_sum", "_total")

@@ -234,7 +234,8 @@ class AgentJoinTokenCreateSerializer(serializers.Serializer):
         default="",
         max_length=317,
         help_text="namespace:name: agents also present this service account's token, reviewed by the cluster's "
-        "API server, and register as their pod's node (deploy/agent-daemonset.yaml); empty: no review.",
+        "API server, and register as their pod's node (deploy/overlays/agent-only/agent-daemonset.yaml); "
+        "empty: no review.",
     )
 
     def validate_expires_at(self, value):

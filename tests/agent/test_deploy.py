@@ -9,7 +9,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _documents(name):
-    return {doc["kind"]: doc for doc in yaml.safe_load_all((ROOT / "deploy" / name).read_text())}
+    path = ROOT / "deploy" / "overlays" / "agent-only" / name
+    return {doc["kind"]: doc for doc in yaml.safe_load_all(path.read_text())}
 
 
 def test_daemonset_runs_the_agent_privileged_on_gpu_nodes_with_a_host_state_dir():

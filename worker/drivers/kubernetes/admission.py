@@ -31,7 +31,7 @@ NOT_SERVED = (
 FORBIDDEN = (
     "Tessera may not manage ValidatingAdmissionPolicies in this cluster: grant its service account get, list, "
     "create, update and delete on validatingadmissionpolicies and validatingadmissionpolicybindings "
-    "(deploy/rbac-admission.yaml)"
+    "(deploy/components/admission)"
 )
 
 

@@ -1,55 +1,12 @@
-"""The compose file is valid for Docker Compose (validated where a compose client is installed); the Kubernetes
-manifests are well formed, and their RBAC grants what worker/ calls and nothing more (issue 15, point 11)."""
+"""The RBAC of the rendered overlays grants what the Kubernetes driver and the inventory call, and nothing more
+(issue 15 point 11, issue 19 point 1): every client call in worker/ maps to the permissions it needs, a call not
+mapped fails the test, and the grants of all overlays and components together are exactly what is needed."""
 
 import re
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _compose_command():
-    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
-        return ["docker", "compose"]
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    pytest.skip("no Docker Compose client installed")
-
-
-def test_compose_file_is_valid():
-    result = subprocess.run(
-        [*_compose_command(), "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
-        capture_output=True,
-        text=True,
-        env={"DJANGO_SECRET_KEY": "validation-only", "PATH": "/usr/bin:/bin"},
-    )
-    assert result.returncode == 0, result.stderr
-
-
-def _manifests():
-    import yaml
-
-    for path in sorted((ROOT / "deploy").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc:
-                yield path.name, doc
-
-
-def test_manifests_are_well_formed_and_run_one_beat():
-    docs = list(_manifests())
-    assert docs
-    for name, doc in docs:
-        assert {"apiVersion", "kind", "metadata"} <= set(doc), name
-        assert doc["metadata"].get("name"), name
-    deployments = {d["metadata"]["name"]: d for _, d in docs if d["kind"] == "Deployment"}
-    assert set(deployments) >= {"tessera-web", "tessera-worker", "tessera-beat", "tessera-watcher"}
-    assert deployments["tessera-beat"]["spec"]["replicas"] == 1
-
-
-# --- RBAC: what the code calls, and nothing more ---------------------------------------------------------------------
+from tests.deploy.manifests import COMPONENTS, OVERLAYS, ROOT, by_kind, render
 
 CLUSTER, OPERATOR = "cluster-wide", "operator namespace"
 # Each Kubernetes client method worker/ may call, and what it needs: (resource, verb, scope). A call missing here
@@ -99,32 +56,66 @@ def _called() -> set[str]:
     return names
 
 
-def _granted() -> set[tuple[str, str, str]]:
+def _granted(objects: list[dict]) -> set[tuple[str, str, str]]:
+    """(resource, verb, scope) granted to Tessera's service account by the roles bound to it."""
+    roles = {("ClusterRole", o["metadata"]["name"]): o for o in objects if o["kind"] == "ClusterRole"}
+    roles |= {("Role", o["metadata"]["name"]): o for o in objects if o["kind"] == "Role"}
     granted = set()
-    for _, doc in _manifests():
-        if doc["kind"] not in ("ClusterRole", "Role"):
-            continue
-        scope = CLUSTER if doc["kind"] == "ClusterRole" else OPERATOR
-        assert doc["kind"] == "ClusterRole" or doc["metadata"]["namespace"] == "gpu-operator", doc["metadata"]
-        for rule in doc["rules"]:
+    for binding in (o for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tessera", "namespace": "tessera-system"}]
+        role = roles.pop((binding["roleRef"]["kind"], binding["roleRef"]["name"]))
+        scope = CLUSTER if role["kind"] == "ClusterRole" and binding["kind"] == "ClusterRoleBinding" else OPERATOR
+        if scope == OPERATOR:
+            assert binding["metadata"]["namespace"] == "gpu-operator", binding["metadata"]
+        for rule in role["rules"]:
             assert "resourceNames" not in rule and "*" not in rule["verbs"] + rule["resources"], rule
             granted |= {(resource, verb, scope) for resource in rule["resources"] for verb in rule["verbs"]}
+    assert not roles, f"roles bound to nobody: {sorted(roles)}"
     return granted
 
 
-def test_rbac_grants_what_the_code_calls_and_nothing_more():
+@pytest.fixture(scope="module")
+def grants(tmp_path_factory) -> dict[str, set]:
+    """What each overlay grants, and the gpu-operator overlay with every component."""
+    grants = {overlay: _granted(render(overlay)) for overlay in OVERLAYS}
+    grants["gpu-operator+components"] = _granted(
+        render("gpu-operator", *COMPONENTS, tmp_path=tmp_path_factory.mktemp("kustomize"))
+    )
+    return grants
+
+
+def test_rbac_grants_what_the_code_calls_and_nothing_more(grants):
     called = _called()
     kube_calls = {name for name in called if name in CALLS}
     unknown = {n for n in called if n.endswith(("_node", "_pod", "_map", "_object", "_binding", "_policy", "_event"))}
     assert unknown <= set(CALLS), f"calls without a permission in CALLS: {sorted(unknown - set(CALLS))}"
     needed = {permission for name in kube_calls for permission in CALLS[name]}
-    granted = _granted()
+    granted = set().union(*grants.values())
     assert needed - granted <= MOVING, f"called, not granted: {sorted(needed - granted - MOVING)}"
     assert granted - needed <= MOVING, f"granted, never called: {sorted(granted - needed - MOVING)}"
 
 
-def test_rbac_grants_no_node_proxy_and_no_cluster_wide_pod_delete():
-    granted = _granted()
+def test_each_overlay_grants_only_what_its_clusters_need(grants):
+    review = {("tokenreviews", "create", CLUSTER)}
+    assert grants["agent-only"] == review  # agents' pod tokens reviewed; no node, pod or ConfigMap is touched
+    operator = grants["gpu-operator"]
+    assert ("nodes", "patch", CLUSTER) in operator and ("configmaps", "update", OPERATOR) in operator
+    assert not {g for g in operator if g[0].startswith("validatingadmission")}  # only with the admission component
+    assert {g[0] for g in grants["gpu-operator+components"] - operator} == {
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicybindings",
+    }
+
+
+def test_rbac_grants_no_node_proxy_and_no_cluster_wide_pod_delete(grants):
+    granted = set().union(*grants.values())
     assert ("nodes/proxy", "get", CLUSTER) not in granted  # the kubelet API of every node
     assert ("pods", "delete", CLUSTER) not in granted  # evictions respect PodDisruptionBudgets; deletes do not
     assert not {g for g in granted if g[0].startswith("validatingadmission") and g[1] == "patch"}
+
+
+def test_the_agent_mounts_no_kubernetes_api_token():
+    objects = render("agent-only")
+    assert by_kind(objects, "ServiceAccount")["tessera-agent"]["automountServiceAccountToken"] is False
+    pod = by_kind(objects, "DaemonSet")["tessera-agent"]["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
