@@ -72,7 +72,9 @@ PODS = ResourceType(
     | {"spec.nodeName", "status.phase", "spec.schedulerName", "spec.serviceAccountName", "spec.restartPolicy"},
 )
 CONFIGMAPS = ResourceType("configmaps", "configmap", "ConfigMap", "", "v1", True, _READ + _WRITE, ("cm",), _META_FIELDS)
-NAMESPACES = ResourceType("namespaces", "namespace", "Namespace", "", "v1", False, _READ, ("ns",), _META_FIELDS)
+NAMESPACES = ResourceType(
+    "namespaces", "namespace", "Namespace", "", "v1", False, _READ + ("create",), ("ns",), _META_FIELDS
+)
 EVENTS = ResourceType(
     "events",
     "event",
