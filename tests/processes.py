@@ -47,12 +47,14 @@ def child_env(var_dir: Path, broker_url: str, **extra) -> dict:
 
 
 @contextmanager
-def celery_worker(var_dir: Path, broker_url: str, *, log_path: Path | None = None):
-    """Run `celery worker` until the block ends; stop it warmly with TERM, as an operator would."""
+def celery_worker(var_dir: Path, broker_url: str, *, log_path: Path | None = None, **extra_env):
+    """Run `celery worker` until the block ends; stop it warmly with TERM, as an operator would. `extra_env`
+    overrides child_env's (e.g. another DATABASE_URL)."""
     log = open(log_path or var_dir / "worker.log", "wb")  # noqa: SIM115 - closed below
     cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-l", "INFO", "--concurrency", "1",
            "--without-heartbeat", "--without-gossip", "--without-mingle", "-n", f"test-{os.getpid()}@%h"]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(var_dir, broker_url), stdout=log, stderr=subprocess.STDOUT)
+    env = child_env(var_dir, broker_url, **extra_env)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         yield proc
     finally:
