@@ -3,10 +3,14 @@ docs/operations.md say: migrations before new pods, one beat, one watcher, probe
 filesystems, secrets by reference, and Services, Ingress, ServiceMonitor, budgets and network policies that select
 what they are meant to (issue 19, point 1)."""
 
+import copy
+import os
+import re
+
 import pytest
 from pydantic import ValidationError
 
-from tests.deploy.manifests import COMPONENTS, OVERLAYS, by_kind, render, validate
+from tests.deploy.manifests import COMPONENTS, DEPLOY, OVERLAYS, ROOT, _render, by_kind, render, validate
 
 SECRET_KEYS = {"DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL", "TESSERA_METRICS_TOKEN"}
 
@@ -59,8 +63,6 @@ def test_components_render_onto_the_gpu_operator_overlay_and_fit_the_schema(tmp_
     ids=["unknown field", "missing required field", "wrong type", "wrong apiVersion"],
 )
 def test_the_schema_check_refuses_a_broken_deployment(mutate, error):
-    import copy
-
     web = copy.deepcopy(by_kind(render("gpu-operator"), "Deployment")["tessera-web"])
     validate(web)
     mutate(web)
@@ -69,8 +71,6 @@ def test_the_schema_check_refuses_a_broken_deployment(mutate, error):
 
 
 def test_the_schema_check_refuses_a_broken_service_monitor():
-    import copy
-
     monitor = copy.deepcopy(by_kind(render("gpu-operator"), "ServiceMonitor")["tessera"])
     monitor["spec"]["endpoints"][0]["bearerTokenFile"] = "/var/run/token"  # not a field Tessera's check knows
     with pytest.raises(ValidationError):
@@ -168,3 +168,19 @@ def test_services_ingress_monitor_budgets_and_policies_select_what_they_mean(ove
 def test_the_agent_daemonset_comes_with_the_agent_only_overlay():
     assert "tessera-agent" in by_kind(render("agent-only"), "DaemonSet")
     assert not by_kind(render("gpu-operator"), "DaemonSet")
+
+
+def test_the_overlay_of_docs_install_renders_with_its_image_and_host(tmp_path):
+    text = (ROOT / "docs" / "install.md").read_text()
+    (block,) = re.findall(r"```yaml\n(# my-tessera/kustomization\.yaml\n.*?)```", text, flags=re.S)
+    checkout = os.path.relpath(DEPLOY.parent, tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(block.replace("../tessera/", f"{checkout}/"))
+    objects = list(_render(tmp_path))
+    for obj in objects:
+        validate(obj)
+    images = {
+        c["image"] for _, t in _pods(objects) for c in t["spec"]["containers"] + t["spec"].get("initContainers", [])
+    }
+    assert images == {"registry.example.com/tessera:1.0"}
+    assert by_kind(objects, "ConfigMap")["tessera"]["data"]["DJANGO_ALLOWED_HOSTS"] == "tessera.corp.example"
+    assert by_kind(objects, "Ingress")["tessera"]["spec"]["rules"][0]["host"] == "tessera.corp.example"
