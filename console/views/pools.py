@@ -92,10 +92,13 @@ def _members_preview(form: PoolForm, pool: NodePool | None) -> dict:
 def _editor(request, form: PoolForm, pool: NodePool | None, *, error="", status=200, live=False):
     if form.is_bound:
         form.is_valid()
-    preview = _members_preview(form, pool) if form.is_bound else {}
-    if not form.is_bound and pool is not None and pool.node_selector:
-        match = selectors.selector_members(pool.cluster, pool.node_selector)
+    if form.is_bound:
+        preview = _members_preview(form, pool)
+    elif pool is not None:
+        match = selectors.selector_members(pool.cluster, pool.node_selector) if pool.node_selector else None
         preview = {"cluster": pool.cluster, "selector": pool.node_selector, "match": match, "overlaps": []}
+    else:
+        preview = {"cluster": form.initial.get("cluster")}
     context = {"form": form, "pool": pool, "preview": preview, "error": error}
     template = "console/pool_form.html"
     return render(request, f"{template}#pool-members" if live else template, context, status=status)
