@@ -72,10 +72,22 @@ class ScheduleRule:
         return self.when(self.default_from)
 
     @property
+    def sets_text(self) -> str:
+        """What the schedule sets now and until when (the pool page's "why")."""
+        sets = f"The schedule {self.schedule.name} sets {self.profile.name} ({self.part})"
+        return sets + (f" until {self.until_text}" if self.until else "")
+
+    @property
+    def now_text(self) -> str:
+        """The pool page's "why": the schedule's part in force, then what follows it."""
+        if self.until is None:
+            return f"{self.sets_text}."
+        return f"{self.sets_text}; then {self.next_profile.name if self.next_profile else 'the pool default'}."
+
+    @property
     def message(self) -> str:
         """What assigning a profile as the pool's default does while the schedule rules, in one sentence or two."""
-        sets = f"The schedule {self.schedule.name} sets {self.profile.name} ({self.part})"
-        sets += f" until {self.when(self.until)}" if self.until else ""
+        sets = self.sets_text
         if self.default_from is None:
             return (
                 f"{sets}; it leaves the pool to its default profile at no time in the next 8 days, so a new default "
