@@ -65,3 +65,44 @@ def parse_selector(selector: str) -> tuple[Requirement, ...]:
 def selector_matches(requirements: tuple[Requirement, ...], labels: dict) -> bool:
     """An empty selector matches nothing: a pool without a selector has explicit members only."""
     return bool(requirements) and all(r.matches(labels) for r in requirements)
+
+
+ANY_VALUE = None  # in a witness: the key must be present, with any value its requirements allow
+
+
+def common_labels(a: tuple[Requirement, ...], b: tuple[Requirement, ...]) -> dict[str, str | None] | None:
+    """Labels a node would need to match both selectors, or None when no node can (they exclude each other).
+
+    Decided per key, exactly: requirements on different keys never conflict, so the selectors can share a node
+    unless, on some key, one needs it present and the other absent, or their allowed values have nothing in common.
+    A key that needs only presence maps to ANY_VALUE; an empty selector matches nothing, so it shares nothing."""
+    if not a or not b:
+        return None
+    by_key: dict[str, list[Requirement]] = {}
+    for requirement in (*a, *b):
+        by_key.setdefault(requirement.key, []).append(requirement)
+    labels: dict[str, str | None] = {}
+    for key, requirements in by_key.items():
+        operators = {r.operator for r in requirements}
+        if not operators & {"in", "exists"}:
+            continue  # absent satisfies notin and !exists
+        if "!exists" in operators:
+            return None
+        allowed = None
+        for r in requirements:
+            if r.operator == "in":
+                allowed = r.values if allowed is None else allowed & r.values
+        forbidden = frozenset().union(*(r.values for r in requirements if r.operator == "notin"))
+        if allowed is None:
+            labels[key] = ANY_VALUE  # label values are unbounded: some value avoids any finite forbidden set
+            continue
+        candidates = sorted(allowed - forbidden)
+        if not candidates:
+            return None
+        labels[key] = candidates[0]
+    return labels
+
+
+def labels_text(labels: dict[str, str | None]) -> str:
+    """A witness as a reader writes labels: `k=v`, or `k` alone where any value would do."""
+    return ", ".join(key if value is ANY_VALUE else f"{key}={value}" for key, value in sorted(labels.items()))

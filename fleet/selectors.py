@@ -10,6 +10,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from fleet.choices import ConfigState, GpuHealth, SharingMode
+from fleet.labels import parse_selector, selector_matches
 from fleet.models import (
     AgentCredential,
     Cluster,
@@ -236,6 +237,35 @@ def pool_rows(*, cluster: Cluster | None = None) -> list[NodePool]:
     for pool in pools:
         pool.gpu_count = gpu_counts.get(pool.pk, 0)
     return pools
+
+
+MEMBERS_SHOWN = 20
+
+
+@dataclass
+class SelectorMatch:
+    """What a node selector would select in a cluster now, for the pool editor's live preview."""
+
+    count: int = 0
+    names: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+def selector_members(cluster: Cluster, node_selector: str, *, limit: int = MEMBERS_SHOWN) -> SelectorMatch:
+    """The live nodes of `cluster` the selector matches (the first `limit` names and the count); a selector that
+    does not parse gives its error instead."""
+    try:
+        requirements = parse_selector(node_selector)
+    except ValueError as exc:
+        return SelectorMatch(error=str(exc))
+    match = SelectorMatch()
+    nodes = Node.objects.live().filter(cluster=cluster).order_by("name").values_list("name", "labels")
+    for name, labels in nodes.iterator(chunk_size=2000):
+        if selector_matches(requirements, labels):
+            match.count += 1
+            if len(match.names) < limit:
+                match.names.append(name)
+    return match
 
 
 def node_state_summary(nodes: QuerySet[Node], *, now=None) -> dict:

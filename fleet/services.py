@@ -14,12 +14,13 @@ from fleet import enqueue
 from fleet.choices import ClusterMigStrategy, ConnectionState
 from fleet.cluster_access import cluster_access_errors
 from fleet.health import gpu_health
-from fleet.labels import parse_selector, selector_matches
+from fleet.labels import common_labels, labels_text, parse_selector, selector_matches
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool, Pod
 from fleet.observations import GpuMetrics, MigDeviceObservation, NodeObservation, PodObservation
 
 CHUNK = 900  # stays below SQLite's bound-parameter limit with room for other parameters
 MEMBERS_AUDITED = 50  # names of nodes that joined or left a pool, per audit event
+OVERLAP_NODES_NAMED = 10  # shared nodes named in an overlap message
 
 NODE_FIELDS = (
     "labels",
@@ -189,10 +190,76 @@ def _validate_selector(selector: str) -> None:
         raise ApplicationError("Invalid node selector.", errors={"node_selector": [str(exc)]}) from exc
 
 
+@dataclass(frozen=True)
+class PoolOverlap:
+    """Another pool of the cluster a selector would contend with: the live nodes both would select now, and, when
+    none does yet, the labels a node would need for both to select it (fleet.labels.common_labels)."""
+
+    pool: NodePool
+    nodes: tuple[str, ...]
+    witness: dict | None = None
+
+    @property
+    def message(self) -> str:
+        if self.nodes:
+            named = ", ".join(self.nodes[:OVERLAP_NODES_NAMED])
+            more = len(self.nodes) - OVERLAP_NODES_NAMED
+            return (
+                f"Overlaps pool {self.pool.name}: both would select {len(self.nodes)} node"
+                f"{'s' if len(self.nodes) != 1 else ''}: {named}{f' and {more} more' if more > 0 else ''}."
+            )
+        return (
+            f"Overlaps pool {self.pool.name} (selector {self.pool.node_selector}): no node is in both today, but a "
+            f"node labelled {labels_text(self.witness)} would be; make the selectors exclude each other."
+        )
+
+
+def pool_overlaps(*, cluster: Cluster, node_selector: str, exclude: NodePool | None = None) -> list[PoolOverlap]:
+    """The pools of `cluster` a pool with `node_selector` would share nodes with, sorted by name.
+
+    The rule (docs/architecture.md#pools-do-not-share-nodes): a selector overlaps a selector pool when a live node
+    matches both, or when some node could (the two selectors do not exclude each other on any key); it overlaps a
+    pool of explicit members when it matches one of them. An empty selector (explicit members) overlaps nothing
+    here. Raises ValueError for a selector that does not parse."""
+    requirements = parse_selector(node_selector)
+    if not requirements:
+        return []
+    others = NodePool.objects.filter(cluster=cluster).order_by("name")
+    if exclude is not None:
+        others = others.exclude(pk=exclude.pk)
+    others = {pool.pk: (pool, parse_selector(pool.node_selector)) for pool in others}
+    if not others:
+        return []
+    shared: dict[int, list[str]] = {pk: [] for pk in others}
+    nodes = Node.objects.live().filter(cluster=cluster).order_by("name").values_list("name", "labels", "pool_id")
+    for name, labels, pool_id in nodes.iterator(chunk_size=2000):
+        if not selector_matches(requirements, labels):
+            continue
+        for pk, (_pool, theirs) in others.items():
+            if selector_matches(theirs, labels) if theirs else pool_id == pk:
+                shared[pk].append(name)
+    overlaps = []
+    for pk, (pool, theirs) in others.items():
+        witness = common_labels(requirements, theirs)
+        if shared[pk] or witness is not None:
+            overlaps.append(PoolOverlap(pool, tuple(shared[pk]), witness))
+    return overlaps
+
+
+def _refuse_overlaps(*, cluster: Cluster, node_selector: str, exclude: NodePool | None = None) -> None:
+    overlaps = pool_overlaps(cluster=cluster, node_selector=node_selector, exclude=exclude)
+    if overlaps:
+        messages = [o.message for o in overlaps]
+        raise ApplicationError(messages[0], errors={"node_selector": messages})
+
+
 @transaction.atomic
 def pool_create(*, actor: Actor, cluster: Cluster, **values) -> NodePool:
-    """Create a pool; with a node selector, the cluster's matching nodes join once the worker has run."""
+    """Create a pool; with a node selector, the cluster's matching nodes join once the worker has run. Refused when
+    the selector overlaps another pool's (pool_overlaps): a node belongs to one pool."""
     _validate_selector(values.get("node_selector", ""))
+    Cluster.objects.select_for_update().filter(pk=cluster.pk).exists()  # one pool write per cluster at a time
+    _refuse_overlaps(cluster=cluster, node_selector=values.get("node_selector", ""))
     pool = _save_validated(NodePool(cluster=cluster, **{k: v for k, v in values.items() if k in POOL_EDITABLE}))
     audit_record(actor=actor, action="pool.create", obj=pool, after=pool_snapshot(pool))
     _enqueue_selector(pool)
@@ -201,10 +268,14 @@ def pool_create(*, actor: Actor, cluster: Cluster, **values) -> NodePool:
 
 @transaction.atomic
 def pool_update(*, actor: Actor, pool: NodePool, **values) -> NodePool:
+    """Change a pool; a new selector is refused when it overlaps another pool's."""
     if "node_selector" in values:
         _validate_selector(values["node_selector"])
+    Cluster.objects.select_for_update().filter(pk=pool.cluster_id).exists()
     pool = NodePool.objects.select_for_update().select_related("cluster").get(pk=pool.pk)
     before = pool_snapshot(pool)
+    if values.get("node_selector", pool.node_selector) != pool.node_selector:
+        _refuse_overlaps(cluster=pool.cluster, node_selector=values["node_selector"], exclude=pool)
     for key in POOL_EDITABLE:
         if key in values:
             setattr(pool, key, values[key])
@@ -279,13 +350,15 @@ def pool_set_members(*, actor: Actor, pool: NodePool, nodes: Iterable[Node]) -> 
 
 @transaction.atomic
 def pool_apply_selector(*, pool: NodePool) -> int:
-    """Re-evaluate a selector pool's membership against the labels its cluster's nodes reported; who joined and
-    left is audited as the selector's doing (the selector change itself is audited by pool_update)."""
-    requirements = parse_selector(pool.node_selector)
+    """Re-evaluate a selector pool's membership against the labels its cluster's nodes reported (a node another,
+    older selector pool also matches stays there); who joined and left is audited as the selector's doing (the
+    selector change itself is audited by pool_update)."""
+    selector_pools = _selector_pools(pool.cluster_id)
     before = _member_names(pool)
     member_ids, leaving_ids = [], []
     for pk, labels, pool_id in Node.objects.live().filter(cluster=pool.cluster_id).values_list("pk", "labels", "pool"):
-        if selector_matches(requirements, labels):
+        # As inventory_record decides it, so the two never pass a node back and forth between overlapping pools.
+        if _pool_for(labels, selector_pools, pool_id) == pool.pk:
             member_ids.append(pk)
         elif pool_id == pool.pk:
             leaving_ids.append(pk)
@@ -319,7 +392,7 @@ class InventoryResult:
         return any(astuple(self))
 
 
-def _selector_pools(cluster: Cluster):
+def _selector_pools(cluster):
     pools = NodePool.objects.filter(cluster=cluster).exclude(node_selector="").order_by("pk")
     return [(pool.pk, parse_selector(pool.node_selector)) for pool in pools]
 

@@ -85,10 +85,14 @@ def pool_states(pool_ids, *, at=None) -> dict[int, DesiredState]:
 def desired_states(nodes, *, at=None) -> dict[int, DesiredState]:
     """Desired state of many nodes at instant `at` (default now) in a constant number of queries: the node's pin
     for the profile, else its pool's state (`pool_states`); the QoS policy always comes from the pool."""
+    at = at or timezone.now()
     nodes = list(nodes)
     node_ids = {n.pk for n in nodes}
-    # Pins are exceptions, few by nature: reading them all beats an IN list of every node id.
-    pins = {p.node_id: p.profile for p in NodePin.objects.select_related("profile") if p.node_id in node_ids}
+    # Pins are exceptions, few by nature: reading them all beats an IN list of every node id. A pin past its
+    # `until` no longer counts, whether or not the tick has removed it yet.
+    pins = {
+        p.node_id: p.profile for p in NodePin.objects.in_force(at).select_related("profile") if p.node_id in node_ids
+    }
     by_pool = pool_states({n.pool_id for n in nodes if n.pool_id}, at=at)
     result = {}
     for node in nodes:

@@ -128,7 +128,7 @@ def schedule_update(*, actor: Actor, schedule: Schedule, windows=None, exception
     for key in SCHEDULE_FIELDS:
         if key in values:
             setattr(schedule, key, values[key])
-    window_rows = list(windows) if windows is not None else _rows_of(schedule)
+    window_rows = list(windows) if windows is not None else schedule_rows(schedule)
     exception_rows = (
         list(exceptions)
         if exceptions is not None
@@ -144,7 +144,8 @@ def schedule_update(*, actor: Actor, schedule: Schedule, windows=None, exception
     return schedule
 
 
-def _rows_of(schedule: Schedule) -> list[dict]:
+def schedule_rows(schedule: Schedule) -> list[dict]:
+    """The schedule's windows as the rows schedule_create and schedule_update take."""
     return [
         {
             "name": w.name,

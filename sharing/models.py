@@ -90,14 +90,28 @@ class PoolSharing(models.Model):
         return f"{self.pool} → {self.profile}"
 
 
+class NodePinQuerySet(models.QuerySet):
+    def in_force(self, at):
+        """Pins that count at instant `at`: without an end, or ending after it."""
+        return self.filter(Q(until__isnull=True) | Q(until__gt=at))
+
+
 class NodePin(models.Model):
     """A node pinned to a profile, overriding its pool and schedule (e.g. a node kept whole for a long job)."""
 
     node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="pin")
     profile = models.ForeignKey(SharingProfile, on_delete=models.PROTECT, related_name="pins")
     reason = models.CharField(max_length=300, blank=True)
+    until = models.DateTimeField(
+        null=True,
+        blank=True,
+        db_index=True,
+        help_text="The pin stops counting at this instant (the reconcile tick then removes it); empty: until unpinned.",
+    )
     pinned_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = NodePinQuerySet.as_manager()
 
     def __str__(self):
         return f"{self.node} ⇒ {self.profile}"

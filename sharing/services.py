@@ -232,9 +232,11 @@ def pool_set_profile(*, actor: Actor, pool: NodePool, profile: SharingProfile | 
 
 
 @transaction.atomic
-def node_pin_profile(*, actor: Actor, node: Node, profile: SharingProfile, reason: str = "") -> NodePin:
-    """Pin a node to a profile, overriding pool and schedule, after checking it fits the node's GPUs and runs
-    under its cluster's MIG strategy."""
+def node_pin_profile(*, actor: Actor, node: Node, profile: SharingProfile, reason: str = "", until=None) -> NodePin:
+    """Pin a node to a profile, overriding pool and schedule (until `until`, when given), after checking it fits
+    the node's GPUs and runs under its cluster's MIG strategy."""
+    if until is not None and until <= timezone.now():
+        raise ApplicationError("A pin must end in the future.", errors={"until": ["Give an instant in the future."]})
     refuse_under_cluster_strategies(profile, Node.objects.filter(pk=node.pk))
     problems = nodes_validation_errors(profile.to_spec(), Node.objects.filter(pk=node.pk))
     if problems:
@@ -242,22 +244,43 @@ def node_pin_profile(*, actor: Actor, node: Node, profile: SharingProfile, reaso
             f"{profile.name} does not fit {node.name}.", errors={"profile": [msg for _, msg in problems]}
         )
     current = _lock_pin(node)
-    before = {"profile": current.profile.name, "reason": current.reason} if current else None
+    before = _pin_snapshot(current) if current else None
     user = actor.user if getattr(actor.user, "pk", None) else None
     pin, _ = NodePin.objects.update_or_create(
-        node=node, defaults={"profile": profile, "reason": reason, "pinned_by": user}
+        node=node, defaults={"profile": profile, "reason": reason, "pinned_by": user, "until": until}
     )
-    audit_record(
-        actor=actor, action="node.pin", obj=node, before=before, after={"profile": profile.name, "reason": reason}
-    )
+    audit_record(actor=actor, action="node.pin", obj=node, before=before, after=_pin_snapshot(pin))
     desired_state_changed.send(sender=NodePin)
     return pin
 
 
+def _pin_snapshot(pin: NodePin) -> dict:
+    snapshot = {"profile": pin.profile.name, "reason": pin.reason}
+    if pin.until is not None:
+        snapshot["until"] = pin.until.isoformat()
+    return snapshot
+
+
 @transaction.atomic
-def nodes_pin_profile(*, actor: Actor, nodes, profile: SharingProfile, reason: str = "") -> list[NodePin]:
+def nodes_pin_profile(*, actor: Actor, nodes, profile: SharingProfile, reason: str = "", until=None) -> list[NodePin]:
     """Pin several nodes to a profile, all or none (the first node the profile does not fit refuses the lot)."""
-    return [node_pin_profile(actor=actor, node=node, profile=profile, reason=reason) for node in nodes]
+    return [node_pin_profile(actor=actor, node=node, profile=profile, reason=reason, until=until) for node in nodes]
+
+
+@transaction.atomic
+def pins_expire(*, now=None) -> int:
+    """Remove the pins whose `until` has passed (the desired state ignores them already), each audited as the
+    expiry's unpin; the number removed."""
+    now = now or timezone.now()
+    expired = list(NodePin.objects.select_for_update().filter(until__lte=now).select_related("node", "profile"))
+    for pin in expired:
+        audit_record(
+            actor=Actor.system("pin expiry"), action="node.unpin", obj=pin.node, before=_pin_snapshot(pin), after=None
+        )
+    NodePin.objects.filter(pk__in=[p.pk for p in expired]).delete()
+    if expired:
+        desired_state_changed.send(sender=NodePin)
+    return len(expired)
 
 
 @transaction.atomic
@@ -266,7 +289,7 @@ def node_unpin(*, actor: Actor, node: Node) -> None:
     pin = _lock_pin(node)
     if pin is None:
         return
-    audit_record(actor=actor, action="node.unpin", obj=node, before={"profile": pin.profile.name}, after=None)
+    audit_record(actor=actor, action="node.unpin", obj=node, before=_pin_snapshot(pin), after=None)
     pin.delete()
     desired_state_changed.send(sender=NodePin)
 

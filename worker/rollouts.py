@@ -12,7 +12,7 @@ from django.utils import timezone
 from core.audit import Actor, audit_record
 from core.exceptions import ApplicationError
 from fleet.models import Node
-from sharing import services as sharing_services
+from scheduling.assign import Assignment, AssignMode, pool_assign
 from worker import enqueue, services
 from worker.choices import ACTIVE_CHANGE_STATUSES, ChangeStatus, RolloutStatus, RolloutTrigger
 from worker.models import NodeChange, Rollout
@@ -114,13 +114,23 @@ def rollout_start(*, actor: Actor, nodes, **strategy) -> list[int]:
 
 
 @transaction.atomic
-def pool_assign_and_roll_out(*, actor: Actor, pool, profile, strategy: dict | None = None) -> list[int]:
-    """Make `profile` the pool's default and, with a strategy, roll it out now — in one transaction, so the
-    reconcile pass the assignment triggers finds the nodes already changing instead of racing with defaults."""
-    sharing_services.pool_set_profile(actor=actor, pool=pool, profile=profile)
+def pool_assign_and_roll_out(
+    *, actor: Actor, pool, profile, strategy: dict | None = None, mode: str = AssignMode.DEFAULT
+) -> tuple[Assignment, list[int]]:
+    """Assign `profile` to the pool as `mode` says (scheduling.assign) and, with a strategy, roll it out now — in
+    one transaction, so the reconcile pass the assignment triggers finds the nodes already changing instead of
+    racing with defaults. Rolling out a new default while the pool's schedule sets another profile is refused
+    with the schedule's reason (nothing would change until it lets go)."""
+    assignment = pool_assign(actor=actor, pool=pool, profile=profile, mode=mode)
     if strategy is None:
-        return []
-    return rollout_start(actor=actor, nodes=pool.nodes.all(), **strategy)
+        return assignment, []
+    if assignment.rule is not None and mode == AssignMode.DEFAULT:
+        when = assignment.rule.when(assignment.rule.until)
+        message = f"Nothing to roll out now: {assignment.message}"
+        if when:
+            message += f" To apply it now, change the schedule's profile or pin the nodes until {when}."
+        raise ApplicationError(message, errors={"rollout_now": [message]})
+    return assignment, rollout_start(actor=actor, nodes=pool.nodes.all(), **strategy)
 
 
 def _set_rollout_status(rollout: Rollout, *, actor: Actor, allowed: Iterable[str], new: str, action: str) -> Rollout:

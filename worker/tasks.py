@@ -6,6 +6,7 @@ from django.conf import settings
 from core.retention import PRUNE_SOFT_TIME_LIMIT, PRUNE_TIME_LIMIT
 from fleet.models import Cluster, NodePool
 from scheduling.services import pool_compliance_check
+from sharing import services as sharing_services
 from worker import admission as admission_module
 from worker import reconcile as reconcile_module
 from worker import services, telemetry
@@ -21,10 +22,11 @@ RECONCILE_TICK_SECONDS = 30  # beat's period for the tick (TESSERA_RECONCILE_SEC
 
 @shared_task(soft_time_limit=50, time_limit=60, expires=60)
 def reconcile_tick() -> dict:
-    """Beat's tick: turn drift into rollouts, then nudge every running rollout (recovers lost step tasks); clusters
-    whose admission policies no longer match their pools' QoS policies (a window began, a policy changed) are synced
-    at once."""
+    """Beat's tick: remove pins past their end, turn drift into rollouts, then nudge every running rollout (recovers
+    lost step tasks); clusters whose admission policies no longer match their pools' QoS policies (a window began, a
+    policy changed) are synced at once."""
     with telemetry.loop_run(telemetry.RECONCILE_LOOP):
+        expired = sharing_services.pins_expire()
         created = reconcile_module.reconcile()
         active = list(Rollout.objects.filter(status=RolloutStatus.RUNNING).values_list("pk", flat=True))
         for rollout_id in active:
@@ -32,7 +34,7 @@ def reconcile_tick() -> dict:
         admission = admission_module.clusters_out_of_date()
         for cluster_id in admission:
             admission_sync.apply_async((cluster_id,), expires=ADMISSION_TICK_SECONDS)
-    return {"created": created, "advanced": len(active), "admission": len(admission)}
+    return {"created": created, "advanced": len(active), "admission": len(admission), "pins_expired": expired}
 
 
 @shared_task(soft_time_limit=50, time_limit=60)

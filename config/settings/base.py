@@ -200,6 +200,9 @@ SPECTACULAR_SETTINGS = {
         "ChangeStatusEnum": "worker.choices.ChangeStatus",
         "BusyPolicyEnum": "sharing.choices.BusyPolicy",
         "TimeSliceIntervalEnum": "sharing.choices.TimeSliceInterval",
+        "MigStrategyEnum": "sharing.choices.MigStrategy",
+        "ClusterMigStrategyEnum": "fleet.choices.ClusterMigStrategy",
+        "AssignModeEnum": "scheduling.assign.AssignMode",
         # The agent protocol's Literal types (fleet/api/protocol.py mirrors the protocol's dataclasses).
         "AgentTimeSliceIntervalEnum": "fleet.api.protocol.TIME_SLICE_INTERVALS",
     },

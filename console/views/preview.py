@@ -1,19 +1,23 @@
 """Preview a profile on a pool or on nodes, then confirm: assign it to the pool (optionally rolling out now with a
-strategy) or pin the nodes. Composes sharing's impact with worker's rollouts."""
+strategy) or pin the nodes. While the pool's schedule sets its profile, the page says what the schedule will do and
+when, and offers the three things the admin may mean (scheduling.assign). Composes sharing's impact, scheduling's
+schedule and worker's rollouts."""
 
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from console.forms import ScheduledAssignForm
 from core.audit import Actor
 from core.exceptions import ApplicationError
 from core.roles import Role
 from core.views import form_add_service_errors, redirect_after_change, role_required
 from fleet.models import NodePool
+from scheduling.assign import AssignMode, schedule_rule
 from sharing import selectors as sharing_selectors
 from sharing import services
-from sharing.forms import AssignForm, PinForm, PreviewScopeForm
+from sharing.forms import PinForm, PreviewScopeForm
 from sharing.models import PoolSharing, SharingProfile
 from worker.rollouts import pool_assign_and_roll_out
 
@@ -32,7 +36,8 @@ def _preview(request, profile, scope: PreviewScopeForm, *, assign_form=None, pin
         context.update(ready=True, impacts=impacts, summary=sharing_selectors.preview_summary(impacts), pool=pool)
         if pool is not None:
             context["current"] = PoolSharing.objects.filter(pool=pool).select_related("profile").first()
-            context["assign_form"] = assign_form or AssignForm(initial={"pool": pool})
+            context["rule"] = schedule_rule(pool)
+            context["assign_form"] = assign_form or ScheduledAssignForm(initial={"pool": pool})
         else:
             context["pin_form"] = pin_form or PinForm(initial={"nodes": scope.cleaned_data["nodes"]})
     elif status == 200:
@@ -53,22 +58,29 @@ def profile_preview(request, pk):
 def profile_assign(request, pk):
     """Confirmed from a pool preview: the profile becomes the pool's default, optionally rolled out now."""
     profile = get_object_or_404(SharingProfile, pk=pk)
-    form = AssignForm(request.POST)
+    form = ScheduledAssignForm(request.POST)
     if form.is_valid():
         pool, actor = form.cleaned_data["pool"], Actor.for_user(request.user)
         try:
             strategy = form.strategy() if form.cleaned_data["rollout_now"] else None
-            rollout_ids = pool_assign_and_roll_out(actor=actor, pool=pool, profile=profile, strategy=strategy)
+            assignment, rollout_ids = pool_assign_and_roll_out(
+                actor=actor, pool=pool, profile=profile, strategy=strategy, mode=form.cleaned_data["mode"]
+            )
         except ApplicationError as exc:
-            form_add_service_errors(form, exc, fields={"profile": "__all__", "nodes": "__all__"})
+            form_add_service_errors(
+                form,
+                exc,
+                fields={"profile": "__all__", "nodes": "__all__", "rollout_now": "__all__", "mode": "__all__"},
+            )
             status = exc.status
         else:
-            messages.success(request, f"{profile.name} is now the default profile of pool {pool.name}.")
+            messages.success(request, assignment.message)
             if len(rollout_ids) == 1:
                 return redirect_after_change(request, reverse("worker:rollout_detail", args=rollout_ids))
             if rollout_ids:
                 return redirect_after_change(request, reverse("worker:rollout_list") + "?active=true")
-            return redirect_after_change(request, profile.get_absolute_url())
+            done = pool.get_absolute_url() if assignment.mode != AssignMode.DEFAULT else profile.get_absolute_url()
+            return redirect_after_change(request, done)
     else:
         status = 400
     scope = PreviewScopeForm({"pool": request.POST.get("pool", "")})

@@ -7,7 +7,9 @@ from rest_framework import serializers
 
 from core.api.fields import RefField, ref_to
 from fleet.models import NodePool
+from scheduling.assign import AssignMode
 from scheduling.models import Schedule, ScheduleException, ScheduleWindow
+from sharing.api import serializers as sharing_serializers
 from sharing.models import QoSPolicy, SharingProfile
 
 
@@ -141,3 +143,63 @@ class DesiredStateSerializer(serializers.Serializer):
         if row.profile is None:
             return None
         return ref_to(row.profile, "sharingprofile-detail", self.context.get("request"))
+
+
+class ScheduleRuleSerializer(serializers.Serializer):
+    """The pool's schedule setting its profile now (scheduling.assign.ScheduleRule)."""
+
+    schedule = serializers.SerializerMethodField()
+    profile = serializers.SerializerMethodField(help_text="the profile the schedule sets now")
+    window = serializers.SerializerMethodField(help_text="the window in force, by name; null: the baseline")
+    until = serializers.DateTimeField(allow_null=True, help_text="its next change of profile; null: none in 8 days")
+    next_profile = serializers.SerializerMethodField(help_text="what it sets from `until`; null: the pool's default")
+    default_from = serializers.DateTimeField(
+        allow_null=True, help_text="when the pool's default profile next applies; null: not within 8 days"
+    )
+    pinned = serializers.IntegerField(help_text="the pool's nodes with a pin of their own")
+    message = serializers.CharField()
+
+    def get_schedule(self, rule) -> dict:
+        return ref_to(rule.schedule, "schedule-detail", self.context.get("request"))
+
+    def get_profile(self, rule) -> dict:
+        return ref_to(rule.profile, "sharingprofile-detail", self.context.get("request"))
+
+    def get_window(self, rule) -> str | None:
+        return rule.window.name if rule.window is not None else None
+
+    def get_next_profile(self, rule) -> dict | None:
+        if rule.next_profile is None:
+            return None
+        return ref_to(rule.next_profile, "sharingprofile-detail", self.context.get("request"))
+
+
+class AssignRequestSerializer(serializers.Serializer):
+    pool = serializers.PrimaryKeyRelatedField(queryset=NodePool.objects.all())
+    mode = serializers.ChoiceField(
+        choices=AssignMode.choices,
+        default=AssignMode.DEFAULT,
+        help_text="default: the pool's default profile (applies once no schedule sets the pool's profile); window: "
+        "replace the profile of the schedule's window (or baseline) in force now, admins only; "
+        "pin_until_next_transition: pin the pool's nodes without a pin until the schedule's next transition",
+    )
+
+
+class AssignmentSerializer(serializers.Serializer):
+    mode = serializers.CharField()
+    message = serializers.CharField(help_text="what happens and when, in words")
+    applies_from = serializers.DateTimeField(allow_null=True, help_text="null: not within the next 8 days")
+    schedule = ScheduleRuleSerializer(source="rule", allow_null=True, help_text="null: no schedule sets it now")
+    pinned_until = serializers.DateTimeField(allow_null=True)
+    pins = serializers.IntegerField(help_text="nodes pinned by this assignment")
+
+
+class PreviewSerializer(sharing_serializers.PreviewSerializer):
+    schedule = ScheduleRuleSerializer(allow_null=True, help_text="for a pool: its schedule's hold now; else null")
+
+
+class AssignResponseSerializer(sharing_serializers.SharingProfileSerializer):
+    assignment = AssignmentSerializer(read_only=True)
+
+    class Meta(sharing_serializers.SharingProfileSerializer.Meta):
+        fields = [*sharing_serializers.SharingProfileSerializer.Meta.fields, "assignment"]

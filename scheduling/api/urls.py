@@ -9,4 +9,9 @@ router = SimpleRouter()
 router.register("schedules", views.ScheduleViewSet)
 router.register("desired-states", views.DesiredStateViewSet, basename="desired-state")
 
-urlpatterns = [path("transitions/", views.UpcomingTransitionsView.as_view(), name="transitions"), *router.urls]
+urlpatterns = [
+    path("transitions/", views.UpcomingTransitionsView.as_view(), name="transitions"),
+    path("profiles/<int:pk>/preview/", views.ProfilePreviewView.as_view(), name="sharingprofile-preview"),
+    path("profiles/<int:pk>/assign/", views.ProfileAssignView.as_view(), name="sharingprofile-assign"),
+    *router.urls,
+]

@@ -1,7 +1,9 @@
-"""Schedule endpoints: CRUD and the day/night preset (admins), transitions of one schedule and of the fleet."""
+"""Schedule endpoints: CRUD and the day/night preset (admins), transitions of one schedule and of the fleet; a
+profile's preview and assignment, which weigh the pool's schedule."""
 
 from datetime import timedelta
 
+from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -10,11 +12,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.audit import Actor
+from core.roles import Role
 from fleet.filtersets import NodeFilterSet
 from fleet.models import Node
 from scheduling import selectors, services
 from scheduling.api import serializers
+from scheduling.assign import pool_assign, schedule_rule
 from scheduling.models import Schedule
+from sharing import selectors as sharing_selectors
+from sharing.api import serializers as sharing_serializers
+from sharing.models import SharingProfile
 
 
 def _rows(data: dict) -> dict:
@@ -99,3 +106,43 @@ class DesiredStateViewSet(viewsets.GenericViewSet, mixins.ListModelMixin):
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         rows = selectors.desired_vs_observed(page)
         return self.get_paginated_response(self.get_serializer(rows, many=True).data)
+
+
+class ProfilePreviewView(APIView):
+    """`profiles/{id}/preview/`: what applying the profile would do, per node (resources before → after, resets,
+    pods that lose a slice), and for a pool whose schedule sets its profile now, what that schedule will do."""
+
+    action_roles = {None: Role.VIEWER}
+
+    @extend_schema(request=sharing_serializers.PreviewRequestSerializer, responses=serializers.PreviewSerializer)
+    def post(self, request, pk):
+        profile = get_object_or_404(SharingProfile, pk=pk)
+        body = sharing_serializers.PreviewRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        pool = body.validated_data.get("pool")
+        nodes = pool.nodes.live() if pool else Node.objects.filter(pk__in=[n.pk for n in body.validated_data["nodes"]])
+        impacts = sharing_selectors.profile_preview(profile, nodes)
+        data = {
+            "summary": sharing_selectors.preview_summary(impacts),
+            "nodes": impacts,
+            "schedule": schedule_rule(pool) if pool else None,
+        }
+        return Response(serializers.PreviewSerializer(data, context={"request": request}).data)
+
+
+class ProfileAssignView(APIView):
+    """`profiles/{id}/assign/`: assign the profile to a pool as `mode` says (operators; `window` needs an admin).
+    The answer is the profile, with `assignment` saying what happened and when the profile applies."""
+
+    action_roles = {None: Role.OPERATOR}
+
+    @extend_schema(request=serializers.AssignRequestSerializer, responses=serializers.AssignResponseSerializer)
+    def post(self, request, pk):
+        profile = get_object_or_404(SharingProfile, pk=pk)
+        body = serializers.AssignRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        assignment = pool_assign(actor=Actor.from_request(request), profile=profile, **body.validated_data)
+        context = {"request": request}
+        data = sharing_serializers.SharingProfileSerializer(profile, context=context).data
+        data["assignment"] = serializers.AssignmentSerializer(assignment, context=context).data
+        return Response(data)

@@ -183,6 +183,7 @@ class AssignSerializer(serializers.Serializer):
 class PinRequestSerializer(serializers.Serializer):
     nodes = serializers.PrimaryKeyRelatedField(queryset=Node.objects.all(), many=True, allow_empty=False)
     reason = serializers.CharField(required=False, allow_blank=True, max_length=300)
+    until = serializers.DateTimeField(required=False, help_text="the pins end at this instant; omitted: until unpinned")
 
 
 class NodePinSerializer(serializers.ModelSerializer):
@@ -191,7 +192,7 @@ class NodePinSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = NodePin
-        fields = ["id", "node", "profile", "reason", "created_at"]
+        fields = ["id", "node", "profile", "reason", "until", "created_at"]
 
 
 class QoSPolicySerializer(serializers.ModelSerializer):

@@ -8,8 +8,7 @@ from rest_framework.views import APIView
 
 from core.audit import Actor
 from core.roles import Role
-from fleet.models import Node
-from sharing import selectors, services
+from sharing import services
 from sharing.api import serializers
 from sharing.mig import PRODUCTS, validate_layout
 from sharing.models import NodePin, QoSComplianceReport, QoSPolicy, SharingProfile
@@ -23,7 +22,8 @@ class SharingProfileViewSet(viewsets.ModelViewSet):
     search_fields = ["name", "description"]
     ordering_fields = ["name", "mode", "updated_at"]
     filterset_fields = ["mode"]
-    action_roles = {"preview": Role.VIEWER, "assign": Role.OPERATOR, "pin": Role.OPERATOR}
+    # preview/ and assign/ weigh the pool's schedule: scheduling/api/views.py serves them under the same paths.
+    action_roles = {"pin": Role.OPERATOR}
 
     def perform_create(self, serializer):
         serializer.instance = services.profile_create(
@@ -38,42 +38,18 @@ class SharingProfileViewSet(viewsets.ModelViewSet):
     def perform_destroy(self, instance):
         services.profile_delete(actor=Actor.from_request(self.request), profile=instance)
 
-    @extend_schema(request=serializers.PreviewRequestSerializer, responses=serializers.PreviewSerializer)
-    @action(detail=True, methods=["post"])
-    def preview(self, request, pk=None):
-        """What applying this profile would do, per node: resources before → after, resets, pods that lose a slice."""
-        profile = self.get_object()
-        body = serializers.PreviewRequestSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        pool = body.validated_data.get("pool")
-        nodes = pool.nodes.live() if pool else Node.objects.filter(pk__in=[n.pk for n in body.validated_data["nodes"]])
-        impacts = selectors.profile_preview(profile, nodes)
-        data = {"summary": selectors.preview_summary(impacts), "nodes": impacts}
-        return Response(serializers.PreviewSerializer(data, context=self.get_serializer_context()).data)
-
-    @extend_schema(request=serializers.AssignSerializer, responses=serializers.SharingProfileSerializer)
-    @action(detail=True, methods=["post"])
-    def assign(self, request, pk=None):
-        """Make this profile the default of a pool."""
-        profile = self.get_object()
-        body = serializers.AssignSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        services.pool_set_profile(actor=Actor.from_request(request), pool=body.validated_data["pool"], profile=profile)
-        return Response(self.get_serializer(profile).data)
-
     @extend_schema(request=serializers.PinRequestSerializer, responses=serializers.NodePinSerializer(many=True))
     @action(detail=True, methods=["post"])
     def pin(self, request, pk=None):
-        """Pin nodes to this profile, overriding their pool and schedule."""
+        """Pin nodes to this profile, overriding their pool and schedule (until `until`, when given)."""
         profile = self.get_object()
         body = serializers.PinRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         actor = Actor.from_request(request)
-        reason = body.validated_data.get("reason", "")
-        pins = [
-            services.node_pin_profile(actor=actor, node=node, profile=profile, reason=reason)
-            for node in body.validated_data["nodes"]
-        ]
+        reason, until = body.validated_data.get("reason", ""), body.validated_data.get("until")
+        pins = services.nodes_pin_profile(
+            actor=actor, nodes=body.validated_data["nodes"], profile=profile, reason=reason, until=until
+        )
         return Response(serializers.NodePinSerializer(pins, many=True, context=self.get_serializer_context()).data)
 
 
