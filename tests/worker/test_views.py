@@ -87,6 +87,30 @@ def test_list_shows_status_progress_trigger_and_who(client, viewer):
     assert "Schedule" in html and "operator" in html
 
 
+def test_a_cancelled_rollout_shows_how_far_it_got_not_100_percent(client, viewer):
+    rollout = make_rollout(["succeeded", "cancelled", "cancelled", "cancelled"], status="cancelled")
+    html = login(client, viewer).get(reverse("worker:rollout_list")).content.decode()
+    assert '1/4<span class="unit"> nodes · 25 % · 3 cancelled</span>' in html
+    assert "100 %" not in html
+    # The bar draws what ran; the cancelled nodes leave their part of it empty.
+    assert 'progress__seg--succeeded" style="width: 25.00%"' in html and "progress__seg--skipped" not in html
+    detail = client.get(rollout.get_absolute_url()).content.decode()
+    assert "1 of 4 nodes done, 1 succeeded" in detail
+
+
+def test_api_progress_counts_cancelled_nodes_apart(api_client, viewer):
+    rollout = make_rollout(["succeeded", "skipped", "cancelled", "cancelled"], status="cancelled")
+    api_client.force_authenticate(viewer)
+    progress = api_client.get(f"/api/v1/rollouts/{rollout.pk}/").json()["progress"]
+    assert {k: progress[k] for k in ("total", "finished", "done", "cancelled", "percent")} == {
+        "total": 4,
+        "finished": 4,
+        "done": 2,
+        "cancelled": 2,
+        "percent": 50,
+    }
+
+
 def test_list_filters_in_place(client, viewer):
     make_rollout(["queued"], title="active one")
     make_rollout(["succeeded"], status="succeeded", title="done one")
