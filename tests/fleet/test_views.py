@@ -404,6 +404,28 @@ def test_gpu_list_filters_and_shows_units(client_viewer):
 # --- clusters and pools ----------------------------------------------------------------------------------------
 
 
+def test_an_agent_cluster_is_connected_while_its_agents_report(client_viewer):
+    """An agent cluster has no API server: its connection is its agents reporting, not "Never connected"."""
+    lab = ClusterFactory(name="lab-west", driver="agent", kubeconfig_path="")
+    empty = ClusterFactory(name="lab-empty", driver="agent", kubeconfig_path="")
+    node = NodeFactory(cluster=lab, name="l4-00")
+
+    def badges():
+        html = client_viewer.get(reverse("fleet:cluster_list")).content.decode()
+        detail = client_viewer.get(reverse("fleet:cluster_detail", args=[lab.pk])).content.decode()
+        rows = {name: re.search(rf">{name}</a>.*?</tr>", html, re.S).group(0) for name in ("lab-west", "lab-empty")}
+        return rows, detail
+
+    rows, detail = badges()
+    assert ">Connected</span>" in rows["lab-west"] and "Never connected" not in rows["lab-west"]
+    assert ">Connected</span>" in detail.split("</h1>")[1].split("</div>")[0]
+    assert ">No agent yet</span>" in rows["lab-empty"] and empty.connection_state == "never"
+    node.last_seen_at = timezone.now() - timedelta(hours=1)
+    node.save()
+    rows, detail = badges()
+    assert ">Agents silent</span>" in rows["lab-west"] and ">Connected</span>" not in rows["lab-west"]
+
+
 def test_cluster_and_pool_pages(client_viewer):
     cluster = ClusterFactory(name="prod-east", connection_state="error", last_error="connection refused")
     pool = NodePoolFactory(cluster=cluster, name="inference", node_selector="tessera.io/pool=inference")
