@@ -130,6 +130,19 @@ def test_overview_shows_totals_charts_attention_and_the_node_table(client_viewer
     assert "X-CSRFToken" in html
 
 
+def test_attention_badges_are_coloured_only_above_zero(client_viewer):
+    cluster = ClusterFactory(name="prod-east")
+    make_node(cluster=cluster, name="a30-a", product=A30, config_state="failed")
+    html = client_viewer.get(reverse("console:overview_stats")).content.decode()
+    attention = html[html.index('<ul class="attention">') : html.index("</ul>", html.index('<ul class="attention">'))]
+    badges = dict(
+        (label, tone) for tone, label in re.findall(r'<span class="badge badge--(\w+)">([^<]+)</span>', attention)
+    )
+    assert badges["Failed"] == "failed"  # one failed node: red
+    # Nothing stuck, stale, unhealthy, violating or not ready: neutral, not red or amber.
+    assert {badges[k] for k in ("Stuck", "Stale", "Unhealthy", "Violations", "Not ready")} == {"zero"}
+
+
 def test_overview_stats_partial_is_only_the_stats(client_viewer):
     make_node()
     html = client_viewer.get(reverse("console:overview_stats")).content.decode()
