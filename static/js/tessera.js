@@ -8,6 +8,31 @@ document.addEventListener("htmx:configRequest", (event) => {
   }
 });
 
+// Filters live in the URL (hx-push-url): one history entry per distinct URL (Enter in a search field both submits
+// and ends a keyup, two requests for the same URL), and after Back or Forward the filter controls show the URL's
+// filters again (htmx restores the page's HTML, but a control's chosen value is not part of its HTML).
+document.addEventListener("htmx:beforeHistoryUpdate", (event) => {
+  const update = event.detail.history;
+  if (update.type === "push" && new URL(update.path, location.href).href === location.href) update.type = "replace";
+});
+function syncFiltersWithUrl() {
+  const params = new URLSearchParams(location.search);
+  document.querySelectorAll("form.filters").forEach((form) => {
+    for (const control of form.elements) {
+      if (!control.name || control.type === "hidden" || control.type === "submit") continue;
+      if (control.type === "checkbox" || control.type === "radio") {
+        control.checked = params.getAll(control.name).includes(control.value);
+      } else if (control.tagName === "SELECT" && !params.has(control.name)) {
+        const initial = [...control.options].findIndex((option) => option.defaultSelected);
+        control.selectedIndex = Math.max(initial, 0);
+      } else {
+        control.value = params.get(control.name) || "";
+      }
+    }
+  });
+}
+document.addEventListener("htmx:historyRestore", syncFiltersWithUrl);
+
 // Close an open menu (<details class="menu">) on Escape or a click outside it.
 document.addEventListener("keydown", (event) => {
   if (event.key !== "Escape") return;
@@ -85,6 +110,34 @@ async function copyText(button) {
 document.addEventListener("focusin", (event) => {
   if (event.target.matches("[data-select-on-focus]")) event.target.select();
 });
+
+// Relative times (<time datetime=… data-relative>, "2 minutes ago") go on being true while a page stays open: the
+// words are recomputed from the instant every 15 s, in the style of Django's naturaltime the server wrote them in.
+function plural(n, unit) {
+  return `${n} ${unit}${n === 1 ? "" : "s"}`;
+}
+function relativeWords(seconds) {
+  const past = seconds >= 0;
+  const s = Math.floor(Math.abs(seconds));
+  let words;
+  if (s < 1) return "now";
+  if (s < 60) words = s === 1 ? "a second" : plural(s, "second");
+  else if (s < 3600) words = s < 120 ? "a minute" : plural(Math.floor(s / 60), "minute");
+  else if (s < 86400) words = s < 7200 ? "an hour" : plural(Math.floor(s / 3600), "hour");
+  else {
+    const days = Math.floor(s / 86400);
+    const hours = Math.floor((s % 86400) / 3600);
+    words = plural(days, "day") + (hours ? `, ${plural(hours, "hour")}` : "");
+  }
+  return past ? `${words} ago` : `${words} from now`;
+}
+function refreshRelativeTimes(root) {
+  root.querySelectorAll("time[data-relative][datetime]").forEach((el) => {
+    const at = Date.parse(el.getAttribute("datetime"));
+    if (!Number.isNaN(at)) el.textContent = relativeWords((Date.now() - at) / 1000);
+  });
+}
+setInterval(() => refreshRelativeTimes(document), 15000);
 
 document.addEventListener("DOMContentLoaded", () => enhance(document));
 document.addEventListener("htmx:load", (event) => enhance(event.detail.elt));
