@@ -42,7 +42,7 @@ document.addEventListener("keydown", (event) => {
   });
 });
 document.addEventListener("click", (event) => {
-  document.querySelectorAll("details.menu[open]").forEach((menu) => {
+  document.querySelectorAll("details.menu[open], details.navmenu[open]").forEach((menu) => {
     if (!menu.contains(event.target)) menu.open = false;
   });
 });
@@ -80,7 +80,30 @@ function addFormsetRow(button) {
   if (first) first.focus();
 }
 
+// Narrow windows stack table rows (tessera.css): each cell gets its column's name to show beside its value. Cells
+// spanning columns (group rows) keep none; an empty header (an action column) gives none either.
+function labelTableCells(root) {
+  root.querySelectorAll("table.table").forEach((table) => {
+    const headers = [...table.querySelectorAll("thead tr:last-child > th")].map((th) => th.textContent.trim());
+    if (!headers.length) return;
+    const spanned = []; // columns a cell of an earlier row still covers (rowspan), rows left
+    table.querySelectorAll("tbody tr").forEach((row) => {
+      let column = 0;
+      for (const cell of row.children) {
+        while (spanned[column] > 0) spanned[column++] -= 1;
+        const span = cell.colSpan || 1;
+        if (span === 1 && headers[column] && !cell.hasAttribute("data-label")) cell.dataset.label = headers[column];
+        if (cell.rowSpan > 1) spanned[column] = cell.rowSpan - 1;
+        column += span;
+      }
+      while (column < spanned.length) if (spanned[column] > 0) spanned[column++] -= 1; else column++;
+    });
+    table.dataset.stacked = "";
+  });
+}
+
 function enhance(root) {
+  labelTableCells(root.closest ? root.closest("table") || root : root);
   root.querySelectorAll("form[data-mode-form]").forEach(applyModeVisibility);
   applyShowIf(root);
   root.querySelectorAll("[data-formset-add], [data-copy]").forEach((button) => { button.hidden = false; });
