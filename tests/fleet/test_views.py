@@ -143,6 +143,19 @@ def test_attention_badges_are_coloured_only_above_zero(client_viewer):
     assert {badges[k] for k in ("Stuck", "Stale", "Unhealthy", "Violations", "Not ready")} == {"zero"}
 
 
+def test_mig_enabled_counts_agree_between_the_overview_the_gpu_list_and_the_api(client_viewer, viewer, api_client):
+    live = NodeFactory(name="live")
+    gone = NodeFactory(name="gone", gone_at=timezone.now())
+    GpuFactory(node=live, index=0, mig_enabled=True)
+    GpuFactory(node=live, index=1, mig_enabled=True, gone_at=timezone.now())
+    GpuFactory(node=gone, index=0, mig_enabled=True)  # its node is gone, it was never marked gone itself
+    overview = client_viewer.get(reverse("console:overview")).context["stats"]["mig_enabled"]
+    listed = client_viewer.get(reverse("fleet:gpu_list"), {"mig_enabled": "true"}).context["page_obj"].paginator.count
+    api_client.force_authenticate(viewer)
+    api = api_client.get("/api/v1/gpus/", {"mig_enabled": "true"}).json()["count"]
+    assert (overview, listed, api) == (1, 1, 1)
+
+
 def test_overview_stats_partial_is_only_the_stats(client_viewer):
     make_node()
     html = client_viewer.get(reverse("console:overview_stats")).content.decode()
