@@ -4,6 +4,7 @@ import hmac
 import json
 from functools import wraps
 
+from django.apps import apps
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -13,6 +14,7 @@ from django.core.paginator import Paginator
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.text import capfirst
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
@@ -181,7 +183,18 @@ def form_add_service_errors(form, exc, *, fields: dict[str, str] | None = None) 
 # --- audit log -----------------------------------------------------------------------------------------------------
 
 AUDIT_PAGE_SIZE = 50
-AUDIT_OBJECT_TYPES = ("sharingprofile", "nodepool", "node", "schedule", "rollout", "nodechange", "cluster", "user")
+AUDIT_OBJECT_TYPES = (
+    "sharingprofile",
+    "nodepool",
+    "node",
+    "schedule",
+    "rollout",
+    "nodechange",
+    "qospolicy",
+    "cluster",
+    "agentjointoken",
+    "user",
+)
 _MISSING = object()
 AUDIT_DIFF_ROWS = 6
 _OBJECT_URLS = {
@@ -192,6 +205,15 @@ _OBJECT_URLS = {
     "schedule": "scheduling:schedule_detail",
     "rollout": "worker:rollout_detail",
 }
+
+
+def object_type_label(model_name: str) -> str:
+    """The words for an audited object's type ("Sharing profile", not "sharingprofile"), from its model's verbose
+    name; core looks the model up by name in the app registry, so it imports no higher layer."""
+    for model in apps.get_models():
+        if model._meta.model_name == model_name:
+            return capfirst(model._meta.verbose_name)
+    return model_name
 
 
 def _compact(value) -> str:
@@ -239,11 +261,12 @@ def audit_log(request):
         event.diff = audit_diff(event.before, event.after)
         name = _OBJECT_URLS.get(event.object_type)
         event.url = reverse(name, args=[event.object_id]) if name and event.object_id.isdigit() else ""
+        event.object_type_label = object_type_label(event.object_type)
     context = {
         "filterset": filterset,
         "page_obj": page,
         "table_url": request.path,
-        "object_types": AUDIT_OBJECT_TYPES,
+        "object_types": sorted(((t, object_type_label(t)) for t in AUDIT_OBJECT_TYPES), key=lambda t: t[1]),
         "actor_kinds": AuditEvent.ActorKind.choices,
         "is_filtered": any(v for k, v in request.GET.items() if k != "page"),
     }

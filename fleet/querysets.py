@@ -39,10 +39,17 @@ def is_stale(node, now=None) -> bool:
 
 
 class ClusterQuerySet(models.QuerySet):
-    def with_counts(self):
+    def with_counts(self, now=None):
+        """Live nodes, pools, and the nodes whose agent reported within its cutoff: an agent cluster has no API
+        server to connect to, so its agents reporting is what "connected" means."""
         return self.annotate(
             node_count=models.Count("nodes", filter=Q(nodes__gone_at__isnull=True), distinct=True),
             pool_count=models.Count("pools", distinct=True),
+            agents_reporting=models.Count(
+                "nodes",
+                filter=Q(nodes__gone_at__isnull=True, nodes__last_seen_at__gte=agent_stale_cutoff(now)),
+                distinct=True,
+            ),
         )
 
 

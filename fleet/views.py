@@ -57,7 +57,7 @@ def cluster_list(request):
 @require_GET
 def cluster_detail(request, pk):
     """One cluster: connection and last error, its pools, and the state of its nodes and GPUs."""
-    cluster = get_object_or_404(Cluster, pk=pk)
+    cluster = get_object_or_404(Cluster.objects.with_counts(), pk=pk)
     context = {
         "cluster": cluster,
         "filter_query": f"cluster={cluster.pk}",

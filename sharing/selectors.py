@@ -149,12 +149,14 @@ def profile_preview(profile: SharingProfile, nodes) -> list[NodeImpact]:
 
 
 def preview_summary(impacts: list[NodeImpact]) -> dict:
-    """Totals for the top of a preview: nodes touched, refused, resetting, pods affected."""
+    """Totals for the top of a preview: nodes touched, refused, resetting (nodes) and the GPUs they reset, pods
+    affected."""
     return {
         "nodes": len(impacts),
         "changing": sum(1 for i in impacts if i.changes),
         "refused": sum(1 for i in impacts if i.errors),
         "resetting": sum(1 for i in impacts if i.disruption == "gpu-reset"),
+        "gpus_resetting": sum(len(i.reset_gpus) for i in impacts if i.disruption == "gpu-reset"),
         "pods_losing": sum(len(i.pods_losing) for i in impacts),
     }
 

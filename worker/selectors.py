@@ -98,18 +98,24 @@ def plan(nodes, *, at=None, drifted: Drift | None = None) -> dict[tuple, list[Pl
 
 
 def rollout_progress(rollout: Rollout) -> dict:
-    """Counts per status and the share done, for progress bars (from `with_progress()` annotations, else a query)."""
+    """Counts per status and the share done, for progress bars (from `with_progress()` annotations, else a query).
+    `finished` counts every node that ended; `done` and `percent` leave out the cancelled ones, which never ran:
+    a rollout cancelled before it started is 0 % done, not 100 %."""
     if hasattr(rollout, f"n_{ChangeStatus.QUEUED}"):
         counts = {s: getattr(rollout, f"n_{s}") for s in ChangeStatus.values if getattr(rollout, f"n_{s}")}
     else:
         counts = dict(rollout.changes.values_list("status").annotate(n=Count("pk")))
     total = sum(counts.values())
     finished = sum(counts.get(s, 0) for s in TERMINAL_CHANGE_STATUSES)
+    cancelled = counts.get(ChangeStatus.CANCELLED, 0)
+    done = finished - cancelled
     return {
         "total": total,
         "finished": finished,
+        "done": done,
+        "cancelled": cancelled,
         "counts": counts,
-        "percent": round(100 * finished / total) if total else 100,
+        "percent": round(100 * done / total) if total else 100,
     }
 
 

@@ -23,11 +23,12 @@ PAGE_SIZE = 50
 EVENTS_SHOWN = 100
 LIVE_STATUSES = (RolloutStatus.RUNNING, RolloutStatus.PAUSED)
 IN_FLIGHT = (ChangeStatus.WAITING_FOR_IDLE, ChangeStatus.APPLYING, ChangeStatus.VERIFYING)
-# Progress bar segments, in the order drawn: (key, label, statuses).
+# Progress bar segments, in the order drawn: (key, label, statuses). Cancelled nodes are not drawn: a cancelled
+# rollout's bar stays as far as it got.
 SEGMENTS = (
     ("succeeded", "succeeded", (ChangeStatus.SUCCEEDED,)),
     ("failed", "failed or rolled back", (ChangeStatus.FAILED, ChangeStatus.ROLLED_BACK)),
-    ("skipped", "skipped or cancelled", (ChangeStatus.SKIPPED, ChangeStatus.CANCELLED)),
+    ("skipped", "skipped", (ChangeStatus.SKIPPED,)),
     ("active", "in progress", IN_FLIGHT),
 )
 

@@ -53,6 +53,8 @@ def _node_qos(node: Node, gpus: list) -> dict:
             if getattr(policy, field)
         ],
     )
+    # The header badge names what differs ("Differs: Power limit"), not just how many.
+    qos["differing"] = [row["label"] for row in qos["settings"] if row.get("status") == "differs"]
     report = QoSComplianceReport.objects.filter(pool_id=node.pool_id).only("checked_at", "violations").first()
     if report is not None:
         qos["report"] = report

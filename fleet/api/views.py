@@ -9,7 +9,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from core.audit import Actor
-from fleet import services
+from fleet import selectors, services
 from fleet.api import serializers
 from fleet.filtersets import ClusterFilterSet, GpuFilterSet, MigDeviceFilterSet, NodeFilterSet, NodePoolFilterSet
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
@@ -109,8 +109,9 @@ class GpuViewSet(FleetViewSetMixin, viewsets.ReadOnlyModelViewSet):
     filterset_class = GpuFilterSet
 
     def list(self, request, *args, **kwargs):
-        # Count and page over ids (a count without joins), then read the page as plain rows (bench B1).
-        ids = self.paginate_queryset(self.filter_queryset(Gpu.objects.all()).values_list("pk", flat=True))
+        # Count and page over ids (a count without joins), then read the page as plain rows (bench B1). The same base
+        # as the GPU page and the overview (GPUs of nodes that still exist), so their counts agree.
+        ids = self.paginate_queryset(self.filter_queryset(selectors.gpu_filter_base()).values_list("pk", flat=True))
         return self.get_paginated_response(serializers.gpu_list_items(ids, request=request))
 
 

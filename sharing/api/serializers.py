@@ -167,7 +167,8 @@ class PreviewSummarySerializer(serializers.Serializer):
     nodes = serializers.IntegerField()
     changing = serializers.IntegerField()
     refused = serializers.IntegerField()
-    resetting = serializers.IntegerField()
+    resetting = serializers.IntegerField(help_text="Nodes whose GPUs switch MIG mode.")
+    gpus_resetting = serializers.IntegerField(help_text="GPUs reset to switch MIG mode, over those nodes.")
     pods_losing = serializers.IntegerField()
 
 

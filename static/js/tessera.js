@@ -8,6 +8,31 @@ document.addEventListener("htmx:configRequest", (event) => {
   }
 });
 
+// Filters live in the URL (hx-push-url): one history entry per distinct URL (Enter in a search field both submits
+// and ends a keyup, two requests for the same URL), and after Back or Forward the filter controls show the URL's
+// filters again (htmx restores the page's HTML, but a control's chosen value is not part of its HTML).
+document.addEventListener("htmx:beforeHistoryUpdate", (event) => {
+  const update = event.detail.history;
+  if (update.type === "push" && new URL(update.path, location.href).href === location.href) update.type = "replace";
+});
+function syncFiltersWithUrl() {
+  const params = new URLSearchParams(location.search);
+  document.querySelectorAll("form.filters").forEach((form) => {
+    for (const control of form.elements) {
+      if (!control.name || control.type === "hidden" || control.type === "submit") continue;
+      if (control.type === "checkbox" || control.type === "radio") {
+        control.checked = params.getAll(control.name).includes(control.value);
+      } else if (control.tagName === "SELECT" && !params.has(control.name)) {
+        const initial = [...control.options].findIndex((option) => option.defaultSelected);
+        control.selectedIndex = Math.max(initial, 0);
+      } else {
+        control.value = params.get(control.name) || "";
+      }
+    }
+  });
+}
+document.addEventListener("htmx:historyRestore", syncFiltersWithUrl);
+
 // Close an open menu (<details class="menu">) on Escape or a click outside it.
 document.addEventListener("keydown", (event) => {
   if (event.key !== "Escape") return;
@@ -17,7 +42,7 @@ document.addEventListener("keydown", (event) => {
   });
 });
 document.addEventListener("click", (event) => {
-  document.querySelectorAll("details.menu[open]").forEach((menu) => {
+  document.querySelectorAll("details.menu[open], details.navmenu[open]").forEach((menu) => {
     if (!menu.contains(event.target)) menu.open = false;
   });
 });
@@ -55,7 +80,30 @@ function addFormsetRow(button) {
   if (first) first.focus();
 }
 
+// Narrow windows stack table rows (tessera.css): each cell gets its column's name to show beside its value. Cells
+// spanning columns (group rows) keep none; an empty header (an action column) gives none either.
+function labelTableCells(root) {
+  root.querySelectorAll("table.table").forEach((table) => {
+    const headers = [...table.querySelectorAll("thead tr:last-child > th")].map((th) => th.textContent.trim());
+    if (!headers.length) return;
+    const spanned = []; // columns a cell of an earlier row still covers (rowspan), rows left
+    table.querySelectorAll("tbody tr").forEach((row) => {
+      let column = 0;
+      for (const cell of row.children) {
+        while (spanned[column] > 0) spanned[column++] -= 1;
+        const span = cell.colSpan || 1;
+        if (span === 1 && headers[column] && !cell.hasAttribute("data-label")) cell.dataset.label = headers[column];
+        if (cell.rowSpan > 1) spanned[column] = cell.rowSpan - 1;
+        column += span;
+      }
+      while (column < spanned.length) if (spanned[column] > 0) spanned[column++] -= 1; else column++;
+    });
+    table.dataset.stacked = "";
+  });
+}
+
 function enhance(root) {
+  labelTableCells(root.closest ? root.closest("table") || root : root);
   root.querySelectorAll("form[data-mode-form]").forEach(applyModeVisibility);
   applyShowIf(root);
   root.querySelectorAll("[data-formset-add], [data-copy]").forEach((button) => { button.hidden = false; });
@@ -85,6 +133,34 @@ async function copyText(button) {
 document.addEventListener("focusin", (event) => {
   if (event.target.matches("[data-select-on-focus]")) event.target.select();
 });
+
+// Relative times (<time datetime=… data-relative>, "2 minutes ago") go on being true while a page stays open: the
+// words are recomputed from the instant every 15 s, in the style of Django's naturaltime the server wrote them in.
+function plural(n, unit) {
+  return `${n} ${unit}${n === 1 ? "" : "s"}`;
+}
+function relativeWords(seconds) {
+  const past = seconds >= 0;
+  const s = Math.floor(Math.abs(seconds));
+  let words;
+  if (s < 1) return "now";
+  if (s < 60) words = s === 1 ? "a second" : plural(s, "second");
+  else if (s < 3600) words = s < 120 ? "a minute" : plural(Math.floor(s / 60), "minute");
+  else if (s < 86400) words = s < 7200 ? "an hour" : plural(Math.floor(s / 3600), "hour");
+  else {
+    const days = Math.floor(s / 86400);
+    const hours = Math.floor((s % 86400) / 3600);
+    words = plural(days, "day") + (hours ? `, ${plural(hours, "hour")}` : "");
+  }
+  return past ? `${words} ago` : `${words} from now`;
+}
+function refreshRelativeTimes(root) {
+  root.querySelectorAll("time[data-relative][datetime]").forEach((el) => {
+    const at = Date.parse(el.getAttribute("datetime"));
+    if (!Number.isNaN(at)) el.textContent = relativeWords((Date.now() - at) / 1000);
+  });
+}
+setInterval(() => refreshRelativeTimes(document), 15000);
 
 document.addEventListener("DOMContentLoaded", () => enhance(document));
 document.addEventListener("htmx:load", (event) => enhance(event.detail.elt));

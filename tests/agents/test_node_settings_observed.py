@@ -236,7 +236,8 @@ def test_node_page_awaits_a_report_then_shows_desired_beside_what_the_node_runs(
     send(agent_client, report(backend))
     card = qos_card(client, node)
     assert "Awaiting the agent's report" not in card
-    assert "Differs · 1" in card and "1 of 6 settings differs from what the node reports; 2 not reported" in card
+    assert "Differs: vm.swappiness" in card
+    assert "1 of 6 settings differs from what the node reports; 2 not reported" in card
     assert "vm.swappiness · host 10 60 differs" in card
     assert "Transparent huge pages · host madvise madvise matches" in card
     assert "Persistence mode · GPU Off Off all 2 GPUs matches" in card
@@ -266,7 +267,7 @@ def test_node_page_counts_the_gpus_that_differ(client, viewer, policy_node, back
     limit = report(backend).gpus[0].power_limit_w
     send(agent_client, report(backend, applied=applied, gpu1={"power_limit_w": limit - 200}))
     card = qos_card(_logged_in(client, viewer), node)
-    assert "Differs · 1" in card
+    assert "Differs: Power limit desired" in card  # the badge names the setting; the card header aside follows
     assert f"{int(limit)} W (1 GPU), {int(limit) - 200} W (1 GPU) 1 of 2 GPUs differs differs" in card
 
 

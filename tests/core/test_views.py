@@ -102,6 +102,22 @@ def test_audit_log_filters_in_place(client_viewer):
     assert "No events match these filters" in html
 
 
+def test_audit_log_speaks_of_object_types_in_words(client_viewer):
+    event("qos.update", object_type="qospolicy", object_id="4")
+    html = client_viewer.get(reverse("audit_log")).content.decode()
+    select = re.search(r'<select id="audit-type".*?</select>', html, re.S).group(0)
+    assert '<option value="sharingprofile">Sharing profile</option>' in select
+    assert (
+        '<option value="nodepool">Node pool</option>' in select
+        and '<option value="qospolicy">QoS policy</option>' in select
+    )
+    assert ">sharingprofile<" not in select and ">nodepool<" not in select
+    assert '<span class="sub">QoS policy #4</span>' in html
+    # A filter's error names the filter, not its parameter.
+    html = client_viewer.get(reverse("audit_log"), {"since": "yesterday"}, **HTMX).content.decode()
+    assert "Since: Enter a valid date/time." in html
+
+
 def test_audit_log_filter_form_works_without_javascript(client_viewer):
     html = client_viewer.get(reverse("audit_log")).content.decode()
     form = re.search(r'<form class="filters" method="get" action="/audit/"[^>]*>', html).group(0)

@@ -130,10 +130,15 @@ def test_token_states(client, admin_user, cluster):
     actor = Actor.for_user(admin_user)
     expired, _ = agent_join_token_create(actor=actor, cluster=cluster, name="old")
     AgentJoinToken.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(hours=1))
-    _, plain = agent_join_token_create(actor=actor, cluster=cluster, name="one-shot", max_uses=1)
+    used, plain = agent_join_token_create(actor=actor, cluster=cluster, name="one-shot", max_uses=1)
     agent_register(join_token=plain, hostname="n1", agent_version="1")
+    active, _ = agent_join_token_create(actor=actor, cluster=cluster, name="fresh")
     html = login(client, admin_user).get(reverse("fleet:agent_token_list")).content.decode()
     assert "Expired" in html and "Used up" in html and "1 / 1" in html
+    # Only a token that can still register a node offers Revoke: a used-up or expired one has nothing to stop.
+    assert f'action="/agents/tokens/{active.pk}/revoke/"' in html
+    assert f'action="/agents/tokens/{used.pk}/revoke/"' not in html
+    assert f'action="/agents/tokens/{expired.pk}/revoke/"' not in html
 
 
 # --- node page: agent and QoS ----------------------------------------------------------------------------------------

@@ -130,6 +130,32 @@ def test_overview_shows_totals_charts_attention_and_the_node_table(client_viewer
     assert "X-CSRFToken" in html
 
 
+def test_attention_badges_are_coloured_only_above_zero(client_viewer):
+    cluster = ClusterFactory(name="prod-east")
+    make_node(cluster=cluster, name="a30-a", product=A30, config_state="failed")
+    html = client_viewer.get(reverse("console:overview_stats")).content.decode()
+    attention = html[html.index('<ul class="attention">') : html.index("</ul>", html.index('<ul class="attention">'))]
+    badges = dict(
+        (label, tone) for tone, label in re.findall(r'<span class="badge badge--(\w+)">([^<]+)</span>', attention)
+    )
+    assert badges["Failed"] == "failed"  # one failed node: red
+    # Nothing stuck, stale, unhealthy, violating or not ready: neutral, not red or amber.
+    assert {badges[k] for k in ("Stuck", "Stale", "Unhealthy", "Violations", "Not ready")} == {"zero"}
+
+
+def test_mig_enabled_counts_agree_between_the_overview_the_gpu_list_and_the_api(client_viewer, viewer, api_client):
+    live = NodeFactory(name="live")
+    gone = NodeFactory(name="gone", gone_at=timezone.now())
+    GpuFactory(node=live, index=0, mig_enabled=True)
+    GpuFactory(node=live, index=1, mig_enabled=True, gone_at=timezone.now())
+    GpuFactory(node=gone, index=0, mig_enabled=True)  # its node is gone, it was never marked gone itself
+    overview = client_viewer.get(reverse("console:overview")).context["stats"]["mig_enabled"]
+    listed = client_viewer.get(reverse("fleet:gpu_list"), {"mig_enabled": "true"}).context["page_obj"].paginator.count
+    api_client.force_authenticate(viewer)
+    api = api_client.get("/api/v1/gpus/", {"mig_enabled": "true"}).json()["count"]
+    assert (overview, listed, api) == (1, 1, 1)
+
+
 def test_overview_stats_partial_is_only_the_stats(client_viewer):
     make_node()
     html = client_viewer.get(reverse("console:overview_stats")).content.decode()
@@ -402,6 +428,28 @@ def test_gpu_list_filters_and_shows_units(client_viewer):
 
 
 # --- clusters and pools ----------------------------------------------------------------------------------------
+
+
+def test_an_agent_cluster_is_connected_while_its_agents_report(client_viewer):
+    """An agent cluster has no API server: its connection is its agents reporting, not "Never connected"."""
+    lab = ClusterFactory(name="lab-west", driver="agent", kubeconfig_path="")
+    empty = ClusterFactory(name="lab-empty", driver="agent", kubeconfig_path="")
+    node = NodeFactory(cluster=lab, name="l4-00")
+
+    def badges():
+        html = client_viewer.get(reverse("fleet:cluster_list")).content.decode()
+        detail = client_viewer.get(reverse("fleet:cluster_detail", args=[lab.pk])).content.decode()
+        rows = {name: re.search(rf">{name}</a>.*?</tr>", html, re.S).group(0) for name in ("lab-west", "lab-empty")}
+        return rows, detail
+
+    rows, detail = badges()
+    assert ">Connected</span>" in rows["lab-west"] and "Never connected" not in rows["lab-west"]
+    assert ">Connected</span>" in detail.split("</h1>")[1].split("</div>")[0]
+    assert ">No agent yet</span>" in rows["lab-empty"] and empty.connection_state == "never"
+    node.last_seen_at = timezone.now() - timedelta(hours=1)
+    node.save()
+    rows, detail = badges()
+    assert ">Agents silent</span>" in rows["lab-west"] and ">Connected</span>" not in rows["lab-west"]
 
 
 def test_cluster_and_pool_pages(client_viewer):

@@ -94,7 +94,7 @@ def test_preview_assign_and_pin(admin_api, operator_api, viewer_api):
     preview = viewer_api.post(f"/api/v1/profiles/{pk}/preview/", {"pool": pool.pk}, format="json")
     assert preview.status_code == 200
     body = preview.json()
-    assert body["summary"]["nodes"] == 1 and body["summary"]["resetting"] == 1
+    assert (body["summary"]["nodes"], body["summary"]["resetting"], body["summary"]["gpus_resetting"]) == (1, 1, 2)
     (item,) = body["nodes"]
     assert (item["allocatable_before"], item["allocatable_after"]) == (
         {"nvidia.com/gpu": 2},

@@ -509,6 +509,20 @@ def test_all_pods_comply(client, viewer, actor, mig_pool):
     assert "All 2 pods comply with anyone." in html and "expects nothing of the kubelet" in html
 
 
+def test_a_pool_whose_kubelets_differ_is_never_called_compliant(client, viewer, actor, mig_pool):
+    """No pod breaks a rule, but a kubelet runs another policy than the pool's expects: the pages say what is wrong,
+    and nowhere that the pool complies."""
+    numa = services.qos_policy_create(actor=actor, name="numa", topology_manager_policy="single-numa-node")
+    services.pool_set_qos_policy(actor=actor, pool=mig_pool, policy=numa)
+    services.qos_compliance_record(pool=mig_pool, policy=numa)
+    login(client, viewer)
+    page = text(client.get(reverse("console:pool_compliance", args=[mig_pool.pk])).content.decode())
+    assert "1 kubelet mismatch" in page and "All 2 pods comply with numa." in page
+    assert "Compliant" not in page
+    pool_page = text(client.get(reverse("console:pool_detail", args=[mig_pool.pk])).content.decode())
+    assert "1 kubelet mismatch" in pool_page and "Compliant" not in pool_page
+
+
 def test_an_agent_pool_says_its_workload_rules_have_no_pods_to_check(client, operator, actor, policy):
     pool = NodePoolFactory(cluster=ClusterFactory(name="lab", driver="agent", kubeconfig_path=""), name="lab-h100")
     NodeFactory(cluster=pool.cluster, pool=pool, name="lab-0")

@@ -353,7 +353,19 @@ def test_pool_preview_shows_before_after_disruption_and_pods(client, viewer, mig
     response = login(client, viewer).get(url)
     html = response.content.decode()
     assert response.status_code == 200
-    assert response.context["summary"] == {"nodes": 2, "changing": 2, "refused": 0, "resetting": 2, "pods_losing": 1}
+    assert response.context["summary"] == {
+        "nodes": 2,
+        "changing": 2,
+        "refused": 0,
+        "resetting": 2,
+        "gpus_resetting": 4,
+        "pods_losing": 1,
+    }
+    # "GPU resets" counts GPUs (two per node here), and says over how many nodes.
+    assert re.search(
+        r"GPU resets</span><span class=\"stat__value\">4</span>[^<]*<[^>]*>GPUs switching MIG mode, on 2 nodes", html
+    )
+    assert "MIG mode changes on 4 GPUs of 2 nodes" in html
     assert "nvidia.com/gpu: 2" in html and "nvidia.com/mig-1g.10gb: 14" in html
     assert "MIG mode changes: GPU reset" in html and "GPU 0, 1" in html
     assert "ml/bert-serve" in html

@@ -2,6 +2,7 @@
 events, polling only while running or paused), pause / resume / cancel for operators, and node change history."""
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.urls import reverse
@@ -85,6 +86,42 @@ def test_list_shows_status_progress_trigger_and_who(client, viewer):
     assert '2/4<span class="unit"> nodes · 50 %</span>' in html
     assert 'progress__seg--succeeded" style="width: 50.00%"' in html
     assert "Schedule" in html and "operator" in html
+
+
+def test_a_cancelled_rollout_shows_how_far_it_got_not_100_percent(client, viewer):
+    rollout = make_rollout(["succeeded", "cancelled", "cancelled", "cancelled"], status="cancelled")
+    html = login(client, viewer).get(reverse("worker:rollout_list")).content.decode()
+    assert '1/4<span class="unit"> nodes · 25 % · 3 cancelled</span>' in html
+    assert "100 %" not in html
+    # The bar draws what ran; the cancelled nodes leave their part of it empty.
+    assert 'progress__seg--succeeded" style="width: 25.00%"' in html and "progress__seg--skipped" not in html
+    detail = client.get(rollout.get_absolute_url()).content.decode()
+    assert "1 of 4 nodes done, 1 succeeded" in detail
+
+
+def test_a_node_waiting_for_idle_shows_until_when(client, viewer):
+    rollout = make_rollout(["waiting_for_idle"], busy_policy="wait", wait_minutes=30)
+    change = rollout.changes.get()
+    change.deadline = timezone.now() + timedelta(minutes=30)
+    change.save()
+    until = timezone.localtime(change.deadline).strftime("%H:%M")
+    html = login(client, viewer).get(rollout.get_absolute_url()).content.decode()
+    assert f"Waiting for idle · until {until}</span>" in html
+    node_page = client.get(reverse("console:node_detail", args=[change.node_id])).content.decode()
+    assert f"Waiting for idle · until {until}</span>" in node_page
+
+
+def test_api_progress_counts_cancelled_nodes_apart(api_client, viewer):
+    rollout = make_rollout(["succeeded", "skipped", "cancelled", "cancelled"], status="cancelled")
+    api_client.force_authenticate(viewer)
+    progress = api_client.get(f"/api/v1/rollouts/{rollout.pk}/").json()["progress"]
+    assert {k: progress[k] for k in ("total", "finished", "done", "cancelled", "percent")} == {
+        "total": 4,
+        "finished": 4,
+        "done": 2,
+        "cancelled": 2,
+        "percent": 50,
+    }
 
 
 def test_list_filters_in_place(client, viewer):

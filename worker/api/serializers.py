@@ -25,8 +25,10 @@ class NodeChangeSerializer(serializers.ModelSerializer):
 
 class ProgressSerializer(serializers.Serializer):
     total = serializers.IntegerField()
-    finished = serializers.IntegerField()
-    percent = serializers.IntegerField()
+    finished = serializers.IntegerField(help_text="Nodes that ended, cancelled ones included.")
+    done = serializers.IntegerField(help_text="Nodes that ended other than cancelled: they ran, or were skipped.")
+    cancelled = serializers.IntegerField()
+    percent = serializers.IntegerField(help_text="done / total: cancelled nodes never count as progress.")
     counts = serializers.DictField(child=serializers.IntegerField())
 
 
