@@ -80,15 +80,22 @@ def rollout_create(
 
 
 def rollout_title(pool, profile, nodes: int) -> str:
-    """A planned group as lists show it: where, the profile and how many nodes."""
+    """A planned group as lists show it: where, the profile and how many nodes (None: several pools or profiles)."""
     where = pool.name if pool else "pinned nodes"
-    return f"{where} → {profile.name} ({nodes} node{'s' if nodes != 1 else ''})"
+    what = profile.name if profile else "their desired profiles"
+    return f"{where} → {what} ({nodes} node{'s' if nodes != 1 else ''})"
 
 
-def rollout_start(*, actor: Actor, nodes, **strategy) -> list[int]:
+def _only(values: set):
+    """The one value of a set, or None when it holds several."""
+    return next(iter(values)) if len(values) == 1 else None
+
+
+def rollout_start(*, actor: Actor, nodes, **strategy) -> Rollout:
     """An operator's explicit rollout: bring these nodes to their desired state now, with the given strategy.
 
-    One rollout per (pool, profile) group, like the loop; raises when nothing in scope differs from desired.
+    One rollout for the whole scope (its pool and profile set when all its nodes share them), so a client gets the
+    one rollout it asked for; raises when nothing in scope differs from desired.
     """
     groups = plan(reconcilable_nodes(nodes))
     if not groups:
@@ -98,28 +105,28 @@ def rollout_start(*, actor: Actor, nodes, **strategy) -> list[int]:
             "Nothing to roll out: the nodes in scope already run their desired configuration, are changing "
             f"already, or failed on it before and wait for a retry{reason}."
         )
-    created = []
-    for (pool, profile, _source, _schedule), planned in groups.items():
-        rollout = rollout_create(
-            actor=actor,
-            trigger=RolloutTrigger.USER,
-            title=rollout_title(pool, profile, len(planned)),
-            changes=planned,
-            pool=pool,
-            profile=profile,
-            **strategy,
-        )
-        created.append(rollout.pk)
-    return created
+    changes = [change for planned in groups.values() for change in planned]
+    pool = _only({pool for pool, *_ in groups})
+    profile = _only({profile for _, profile, *_ in groups})
+    return rollout_create(
+        actor=actor,
+        trigger=RolloutTrigger.USER,
+        title=rollout_title(pool, profile, len(changes)),
+        changes=changes,
+        pool=pool,
+        profile=profile,
+        **strategy,
+    )
 
 
 @transaction.atomic
-def pool_assign_and_roll_out(*, actor: Actor, pool, profile, strategy: dict | None = None) -> list[int]:
+def pool_assign_and_roll_out(*, actor: Actor, pool, profile, strategy: dict | None = None) -> Rollout | None:
     """Make `profile` the pool's default and, with a strategy, roll it out now — in one transaction, so the
-    reconcile pass the assignment triggers finds the nodes already changing instead of racing with defaults."""
+    reconcile pass the assignment triggers (sent on commit) finds the nodes already changing instead of racing
+    with its defaults. With a strategy and nothing to roll out, nothing is assigned either (as the UI says)."""
     sharing_services.pool_set_profile(actor=actor, pool=pool, profile=profile)
     if strategy is None:
-        return []
+        return None
     return rollout_start(actor=actor, nodes=pool.nodes.all(), **strategy)
 
 

@@ -3,7 +3,6 @@ strategy) or pin the nodes. Composes sharing's impact with worker's rollouts."""
 
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, render
-from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from core.audit import Actor
@@ -58,17 +57,13 @@ def profile_assign(request, pk):
         pool, actor = form.cleaned_data["pool"], Actor.for_user(request.user)
         try:
             strategy = form.strategy() if form.cleaned_data["rollout_now"] else None
-            rollout_ids = pool_assign_and_roll_out(actor=actor, pool=pool, profile=profile, strategy=strategy)
+            rollout = pool_assign_and_roll_out(actor=actor, pool=pool, profile=profile, strategy=strategy)
         except ApplicationError as exc:
-            form_add_service_errors(form, exc, fields={"profile": "__all__", "nodes": "__all__"})
+            form_add_service_errors(form, exc, fields={"profile": "pool", "nodes": "pool"}, default="pool")
             status = exc.status
         else:
             messages.success(request, f"{profile.name} is now the default profile of pool {pool.name}.")
-            if len(rollout_ids) == 1:
-                return redirect_after_change(request, reverse("worker:rollout_detail", args=rollout_ids))
-            if rollout_ids:
-                return redirect_after_change(request, reverse("worker:rollout_list") + "?active=true")
-            return redirect_after_change(request, profile.get_absolute_url())
+            return redirect_after_change(request, rollout.get_absolute_url() if rollout else profile.get_absolute_url())
     else:
         status = 400
     scope = PreviewScopeForm({"pool": request.POST.get("pool", "")})
@@ -87,7 +82,7 @@ def profile_pin(request, pk):
         try:
             services.nodes_pin_profile(actor=actor, nodes=nodes, profile=profile, reason=form.cleaned_data["reason"])
         except ApplicationError as exc:
-            form_add_service_errors(form, exc, fields={"profile": "__all__"})
+            form_add_service_errors(form, exc, fields={"profile": "nodes"}, default="nodes")
             status = exc.status
         else:
             messages.success(request, f"Pinned {len(nodes)} node{'s' if len(nodes) != 1 else ''} to {profile.name}.")

@@ -1,4 +1,5 @@
-"""Sharing endpoints: profiles (admin), their preview (any role), assignment and pins (operators), the MIG catalog."""
+"""Sharing endpoints: profiles (admin), their preview (any role), pins (operators), the MIG catalog. Assigning a
+profile to a pool is routed to worker.api, since it may start a rollout."""
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -23,7 +24,7 @@ class SharingProfileViewSet(viewsets.ModelViewSet):
     search_fields = ["name", "description"]
     ordering_fields = ["name", "mode", "updated_at"]
     filterset_fields = ["mode"]
-    action_roles = {"preview": Role.VIEWER, "assign": Role.OPERATOR, "pin": Role.OPERATOR}
+    action_roles = {"preview": Role.VIEWER, "pin": Role.OPERATOR}  # assign: worker.api (it can start a rollout)
 
     def perform_create(self, serializer):
         serializer.instance = services.profile_create(
@@ -50,16 +51,6 @@ class SharingProfileViewSet(viewsets.ModelViewSet):
         impacts = selectors.profile_preview(profile, nodes)
         data = {"summary": selectors.preview_summary(impacts), "nodes": impacts}
         return Response(serializers.PreviewSerializer(data, context=self.get_serializer_context()).data)
-
-    @extend_schema(request=serializers.AssignSerializer, responses=serializers.SharingProfileSerializer)
-    @action(detail=True, methods=["post"])
-    def assign(self, request, pk=None):
-        """Make this profile the default of a pool."""
-        profile = self.get_object()
-        body = serializers.AssignSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        services.pool_set_profile(actor=Actor.from_request(request), pool=body.validated_data["pool"], profile=profile)
-        return Response(self.get_serializer(profile).data)
 
     @extend_schema(request=serializers.PinRequestSerializer, responses=serializers.NodePinSerializer(many=True))
     @action(detail=True, methods=["post"])
