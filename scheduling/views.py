@@ -196,7 +196,9 @@ def _editor(request, schedule, forms, *, error="", window_errors=(), status=200,
         "error": error,
         "window_errors": window_errors,
         "time_zones": COMMON_TIME_ZONES,
-        **_impact_context(request, impact),
+        **_impact_context(
+            request, impact, schedule.pool if schedule else getattr(form, "cleaned_data", {}).get("pool")
+        ),
     }
     return render(request, "scheduling/schedule_form.html", context, status=status)
 
@@ -238,14 +240,14 @@ def _confirmed(request) -> bool:
     return request.POST.get("action") == "save" and request.POST.get("previewed") == previewed_digest(request.POST)
 
 
-def _impact_context(request, changes) -> dict:
+def _impact_context(request, changes, pool) -> dict:
     """The impact panel of a save not confirmed yet: per moment the preview summary and the nodes that change."""
     if changes is None:
         return {}
     for change in changes:
         for impact in change.impacts:
             impact.disruption_text = sharing_selectors.DISRUPTION_TEXT[impact.disruption]
-    return {"impact": changes, "previewed": previewed_digest(request.POST)}
+    return {"impact": changes, "impact_pool": pool, "previewed": previewed_digest(request.POST)}
 
 
 def _save(request, schedule=None):
@@ -340,7 +342,8 @@ def schedule_daynight(request):
                 error, status = exc.message, exc.status
         else:
             error, status = "The schedule was not created; see the messages below.", 400
-    context = {"form": form, "error": error, "time_zones": COMMON_TIME_ZONES, **_impact_context(request, changes)}
+    context = {"form": form, "error": error, "time_zones": COMMON_TIME_ZONES}
+    context.update(_impact_context(request, changes, form.cleaned_data.get("pool") if changes is not None else None))
     return render(request, "scheduling/schedule_daynight.html", context, status=status)
 
 

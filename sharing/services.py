@@ -45,18 +45,20 @@ def profile_snapshot(profile: SharingProfile) -> dict:
 
 
 def _refuse(what: str, errors: dict[str, list[str]]) -> None:
-    """Raise the one domain error for invalid input; its message is the first field's first complaint."""
+    """Raise the one domain error for invalid input; its message names the first field and its first complaint."""
     if errors:
-        first = next(iter(errors.values()))[0]
-        raise ApplicationError(f"The {what} is not valid: {first}", errors=errors)
+        field, messages = next(iter(errors.items()))
+        raise ApplicationError(f"The {what} is not valid: {field.replace('_', ' ')}: {messages[0]}", errors=errors)
 
 
 def _check(profile: SharingProfile) -> None:
+    errors: dict[str, list[str]] = {}
     try:
         profile.full_clean(exclude=["created_by"])
     except ValidationError as exc:
-        _refuse("profile", exc.message_dict)
-    _refuse("profile", validate_spec(profile.to_spec()))
+        errors.update(exc.message_dict)
+    errors.update(validate_spec(profile.to_spec()))  # NVIDIA's words over the model's generic "cannot be blank"
+    _refuse("profile", errors)
 
 
 @transaction.atomic
@@ -153,7 +155,12 @@ def _check_assignments_still_fit(profile: SharingProfile) -> None:
     if problems:
         raise ApplicationError(
             f"The change does not fit {_node_count(problems)} node(s) using this profile.",
-            errors={"non_field_errors": [f"{name}: {msg}" for name, msg in problems[:10]]},
+            # What decides the fit: the layouts of a MIG profile, else the products it targets.
+            errors={
+                "mig_layouts" if profile.mode == "mig" else "target_products": [
+                    f"{name}: {msg}" for name, msg in problems[:10]
+                ]
+            },
         )
 
 
@@ -344,16 +351,15 @@ def _profiles_running_with(policy: QoSPolicy) -> list[SharingProfile]:
     return sorted(profiles, key=lambda p: p.name)
 
 
-def _check_consistency(policy: QoSPolicy, profiles, *, field: str = "qos_policy") -> None:
-    """Refuse a policy that contradicts a sharing mode it would run with (e.g. memory isolation on time-slicing)."""
-    messages = [
-        f"{profile.name}: {message}"
-        for profile in profiles
-        for messages in consistency_errors(policy.to_policy_spec(), profile.mode).values()
-        for message in messages
-    ]
-    if messages:
-        raise ApplicationError(messages[0], errors={field: messages})
+def _check_consistency(policy: QoSPolicy, profiles, *, field: str | None = "qos_policy") -> None:
+    """Refuse a policy that contradicts a sharing mode it would run with (e.g. memory isolation on time-slicing):
+    messages under `field`, or (None) under the policy's own fields they are about."""
+    errors: dict[str, list[str]] = {}
+    for profile in profiles:
+        for key, messages in consistency_errors(policy.to_policy_spec(), profile.mode).items():
+            errors.setdefault(field or key, []).extend(f"{profile.name}: {message}" for message in messages)
+    if errors:
+        raise ApplicationError(next(iter(errors.values()))[0], errors=errors)
 
 
 def refuse_off_board(policy: QoSPolicy, pools, *, field: str | None = None) -> None:
@@ -385,7 +391,7 @@ def qos_policy_update(*, actor: Actor, policy: QoSPolicy, **values) -> QoSPolicy
     _check_qos(policy)
     if qos_snapshot(policy) == before:
         return policy
-    _check_consistency(policy, _profiles_running_with(policy), field="non_field_errors")
+    _check_consistency(policy, _profiles_running_with(policy), field=None)
     policy.save()
     audit_record(actor=actor, action="qos.update", obj=policy, before=before, after=qos_snapshot(policy))
     desired_state_changed.send(sender=QoSPolicy)

@@ -258,6 +258,7 @@ def test_next_impact_says_when_the_clusters_mig_strategy_now_refuses_the_profile
 
 # --- editor ----------------------------------------------------------------------------------------------------
 
+
 def confirmed(client, url, data):
     """Save as a person does: the impact first (nothing written), then "Confirm and save" with what was previewed."""
     count = Schedule.objects.count()
