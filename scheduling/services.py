@@ -1,5 +1,6 @@
 """Writes of schedules: validated as a whole (windows, zone, overlaps, profiles fitting the pool), audited."""
 
+from contextlib import contextmanager
 from datetime import time
 
 from django.core.exceptions import ValidationError
@@ -235,14 +236,40 @@ def day_night_values(
     }
 
 
+# The keys of the one schedule the preset makes → the preset's own fields, so refusals name what was typed.
+DAY_NIGHT_FIELDS = {
+    "baseline_profile": "night_profile",
+    "baseline_qos_policy": "night_qos_policy",
+    "windows[0].profile": "day_profile",
+    "windows[0].qos_policy": "day_qos_policy",
+    "windows[0].weekdays": "weekdays",
+    "windows[0].start": "day_start",
+    "windows[0].end": "day_end",
+    "windows": "day_start",
+}
+
+
+@contextmanager
+def _as_preset_fields():
+    try:
+        yield
+    except ApplicationError as exc:
+        errors = {}
+        for key, messages in exc.errors.items():
+            errors.setdefault(DAY_NIGHT_FIELDS.get(key, key), []).extend(messages)
+        raise ApplicationError(exc.message, errors=errors, status=exc.status) from exc
+
+
 def schedule_create_day_night(*, actor: Actor, **preset) -> Schedule:
     """Create the day/night preset (day_night_values), editable afterwards like any schedule."""
-    return schedule_create(actor=actor, **day_night_values(**preset))
+    with _as_preset_fields():
+        return schedule_create(actor=actor, **day_night_values(**preset))
 
 
 def schedule_create_day_night_preview(**preset) -> list[ScheduleChange]:
     """What creating the day/night preset would do, writing nothing."""
-    return schedule_create_preview(**day_night_values(**preset))
+    with _as_preset_fields():
+        return schedule_create_preview(**day_night_values(**preset))
 
 
 def pool_compliance_check(pool_id: int) -> int:

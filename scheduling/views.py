@@ -336,7 +336,7 @@ def schedule_daynight(request):
             except ApplicationError as exc:
                 errors = dict(exc.errors) if exc.errors else {"pool": [exc.message]}
                 for key, messages_ in errors.items():
-                    field = DAY_NIGHT_FIELDS.get(key, key if key in form.fields else "pool")
+                    field = key if key in form.fields else "pool"
                     for message in messages_:
                         form.add_error(field, message)
                 error, status = exc.message, exc.status
@@ -345,19 +345,6 @@ def schedule_daynight(request):
     context = {"form": form, "error": error, "time_zones": COMMON_TIME_ZONES}
     context.update(_impact_context(request, changes, form.cleaned_data.get("pool") if changes is not None else None))
     return render(request, "scheduling/schedule_daynight.html", context, status=status)
-
-
-# The service's keys for the one schedule the preset makes → the preset form's fields.
-DAY_NIGHT_FIELDS = {
-    "baseline_profile": "night_profile",
-    "baseline_qos_policy": "night_qos_policy",
-    "windows[0].profile": "day_profile",
-    "windows[0].qos_policy": "day_qos_policy",
-    "windows[0].weekdays": "weekdays",
-    "windows[0].start": "day_start",
-    "windows[0].end": "day_end",
-    "windows": "day_start",
-}
 
 
 @role_required(Role.ADMIN)
