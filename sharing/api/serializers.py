@@ -132,6 +132,14 @@ class GpuProductSerializer(serializers.Serializer):
     profiles = MigProfileSerializer(many=True)
     figures_estimated = serializers.BooleanField()
     source = serializers.CharField(help_text="where the profile figures come from")
+    power_limit_w = serializers.ListField(
+        child=serializers.IntegerField(), help_text="[min, max] W a QoS power limit may set (contracts §4.3)"
+    )
+    power_limit_estimated = serializers.BooleanField()
+    graphics_clock_mhz = serializers.ListField(
+        child=serializers.IntegerField(), help_text="[min, max] MHz locked graphics clocks may use"
+    )
+    graphics_clock_estimated = serializers.BooleanField()
 
     def get_compute_capability(self, product) -> str:
         return "{}.{}".format(*product.compute_capability)

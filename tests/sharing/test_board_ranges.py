@@ -40,6 +40,16 @@ def test_every_catalog_product_has_power_and_clock_ranges():
     assert (h100.power_limit_w, h100.power_limit_estimated) == ((200, 700), False)
 
 
+def test_the_catalog_api_lists_the_ranges(viewer_api):
+    products = {p["name"]: p for p in viewer_api.get("/api/v1/mig/products/").json()}
+    h100 = products[H100]
+    assert (h100["power_limit_w"], h100["graphics_clock_mhz"], h100["power_limit_estimated"]) == (
+        [200, 700],
+        [210, 1980],
+        False,
+    )
+
+
 def test_the_simulated_gpu_refuses_what_the_catalog_refuses():
     gpu = SimGpu(index=0, product=PRODUCTS[H100], uuid="GPU-x", pci_bus_id="0:18:00.0", numa_node=0, phase=0.0)
     assert gpu.power_range_mw == (200_000, 700_000) and gpu.clocks_mhz[0] == 1980
