@@ -162,22 +162,23 @@ def confirm_delete(request, obj, *, key: str, kind: str, label: str, delete, don
     return render(request, template, context, status=status)
 
 
-def form_add_service_errors(form, exc, *, fields: dict[str, str] | None = None) -> None:
+def form_add_service_errors(form, exc, *, default: str, fields: dict[str, str] | None = None) -> None:
     """Show an ApplicationError (or a model ValidationError) in a form: each message beside its field.
 
-    `fields` maps the service's field names to the form's; unknown fields become form-wide errors.
+    `fields` maps the service's field names to the form's; messages about anything else go beside `default`, the
+    field the user acts on, so no message floats without a field.
     """
     errors = getattr(exc, "errors", None) or getattr(exc, "message_dict", None) or {}
     fields = fields or {}
     placed = False
     for key, texts in errors.items():
         name = fields.get(key, key)
-        target = name if name in form.fields else None
+        target = name if name in form.fields else default
         for message in texts:
             form.add_error(target, message)
             placed = True
     if not placed:
-        form.add_error(None, getattr(exc, "message", None) or "; ".join(getattr(exc, "messages", [str(exc)])))
+        form.add_error(default, getattr(exc, "message", None) or "; ".join(getattr(exc, "messages", [str(exc)])))
 
 
 # --- audit log -----------------------------------------------------------------------------------------------------

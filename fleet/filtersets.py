@@ -22,6 +22,13 @@ class StableOrderingFilter(django_filters.OrderingFilter):
         return qs.order_by(*qs.query.order_by, "pk") if value else qs
 
 
+def search_filter(help_text: str = "", *, alias: bool = False):
+    """A list's free-text search: `q` as the UI's search boxes name it, and `search` (alias) as DRF names it on the
+    other lists; both call the FilterSet's `text_search`."""
+    label = "Search (same as q)" if alias else "Search"
+    return django_filters.CharFilter(method="text_search", label=label, help_text=help_text)
+
+
 def cluster_filter(field_name):
     return django_filters.ModelChoiceFilter(field_name=field_name, queryset=Cluster.objects.all(), label="Cluster")
 
@@ -45,7 +52,8 @@ def node_has_live_gpu(*conditions, **lookups):
 class ClusterFilterSet(django_filters.FilterSet):
     """Clusters by driver and connection health."""
 
-    q = django_filters.CharFilter(method="search", label="Search")
+    q = search_filter()
+    search = search_filter(alias=True)
     driver = django_filters.ChoiceFilter(choices=ClusterDriver.choices)
     connection_state = django_filters.ChoiceFilter(choices=ConnectionState.choices)
     ordering = StableOrderingFilter(fields=("name", "driver", "connection_state", "last_contact_at", "created_at"))
@@ -54,14 +62,15 @@ class ClusterFilterSet(django_filters.FilterSet):
         model = Cluster
         fields: list[str] = []
 
-    def search(self, queryset, name, value):
+    def text_search(self, queryset, name, value):
         return queryset.filter(Q(name__icontains=value) | Q(description__icontains=value))
 
 
 class NodePoolFilterSet(django_filters.FilterSet):
     """Pools by cluster."""
 
-    q = django_filters.CharFilter(method="search", label="Search")
+    q = search_filter()
+    search = search_filter(alias=True)
     cluster = cluster_filter("cluster")
     cluster_name = django_filters.CharFilter(field_name="cluster__name")
     ordering = StableOrderingFilter(fields=(("cluster__name", "cluster"), "name", "created_at"))
@@ -70,14 +79,15 @@ class NodePoolFilterSet(django_filters.FilterSet):
         model = NodePool
         fields: list[str] = []
 
-    def search(self, queryset, name, value):
+    def text_search(self, queryset, name, value):
         return queryset.filter(Q(name__icontains=value) | Q(description__icontains=value))
 
 
 class NodeFilterSet(django_filters.FilterSet):
     """Nodes by place, readiness, sharing state and freshness, and by the GPUs they hold (live GPUs only)."""
 
-    q = django_filters.CharFilter(method="search", label="Search", help_text="Node name, GPU UUID or PCI bus id.")
+    q = search_filter("Node name, GPU UUID or PCI bus id.")
+    search = search_filter("Node name, GPU UUID or PCI bus id.", alias=True)
     cluster = cluster_filter("cluster")
     cluster_name = django_filters.CharFilter(field_name="cluster__name")
     pool = pool_filter("pool")
@@ -106,7 +116,7 @@ class NodeFilterSet(django_filters.FilterSet):
         model = Node
         fields: list[str] = []
 
-    def search(self, queryset, name, value):
+    def text_search(self, queryset, name, value):
         gpu_match = node_has_live_gpu(Q(uuid__icontains=value) | Q(pci_bus_id__icontains=value))
         return queryset.filter(Q(name__icontains=value) | gpu_match)
 
@@ -128,7 +138,8 @@ class NodeFilterSet(django_filters.FilterSet):
 class GpuFilterSet(django_filters.FilterSet):
     """GPUs by their own state and by their node's place, sharing mode, readiness and freshness."""
 
-    q = django_filters.CharFilter(method="search", label="Search", help_text="Node name, GPU UUID or PCI bus id.")
+    q = search_filter("Node name, GPU UUID or PCI bus id.")
+    search = search_filter("Node name, GPU UUID or PCI bus id.", alias=True)
     cluster = cluster_filter("node__cluster")
     cluster_name = django_filters.CharFilter(field_name="node__cluster__name")
     pool = pool_filter("node__pool")
@@ -162,7 +173,7 @@ class GpuFilterSet(django_filters.FilterSet):
         model = Gpu
         fields: list[str] = []
 
-    def search(self, queryset, name, value):
+    def text_search(self, queryset, name, value):
         return queryset.filter(
             Q(node__name__icontains=value) | Q(uuid__icontains=value) | Q(pci_bus_id__icontains=value)
         )
@@ -175,7 +186,8 @@ class GpuFilterSet(django_filters.FilterSet):
 class MigDeviceFilterSet(django_filters.FilterSet):
     """MIG devices by GPU, node, cluster, profile and use; those of gone GPUs only with `gone=true`."""
 
-    q = django_filters.CharFilter(method="search", label="Search", help_text="MIG or GPU UUID, node name, user.")
+    q = search_filter("MIG or GPU UUID, node name, user.")
+    search = search_filter("MIG or GPU UUID, node name, user.", alias=True)
     cluster = cluster_filter("gpu__node__cluster")
     node = django_filters.NumberFilter(field_name="gpu__node")
     gpu = django_filters.NumberFilter(field_name="gpu")
@@ -188,7 +200,7 @@ class MigDeviceFilterSet(django_filters.FilterSet):
         model = MigDevice
         fields: list[str] = []
 
-    def search(self, queryset, name, value):
+    def text_search(self, queryset, name, value):
         return queryset.filter(
             Q(uuid__icontains=value)
             | Q(gpu__uuid__icontains=value)

@@ -134,7 +134,7 @@ def agent_token_list(request):
             service_account=data["service_account"],
         )
     except ApplicationError as exc:
-        form_add_service_errors(form, exc, fields=AgentJoinTokenForm.SERVICE_FIELDS)
+        form_add_service_errors(form, exc, fields=AgentJoinTokenForm.SERVICE_FIELDS, default="name")
         return _join_token_page(request, form, status=exc.status)
     # Rendered, not redirected: the plain token exists only in this response (never stored, never in a session).
     response = _join_token_page(request, AgentJoinTokenForm(), created={"token": token, "plain": plain}, status=201)

@@ -125,7 +125,15 @@ class ScheduleForm(forms.Form):
     def values(self) -> dict:
         return {
             k: self.cleaned_data[k]
-            for k in ("name", "time_zone", "baseline_profile", "busy_policy", "wait_minutes", "enabled")
+            for k in (
+                "name",
+                "time_zone",
+                "baseline_profile",
+                "baseline_qos_policy",
+                "busy_policy",
+                "wait_minutes",
+                "enabled",
+            )
         }
 
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 from django.db.models import Count
 from django.utils import timezone
 
+from core.exceptions import ApplicationError
 from fleet.choices import ClusterDriver
 from fleet.models import Cluster, Gpu, Node, NodePool
 from scheduling import windows
@@ -15,7 +16,7 @@ from scheduling.models import Schedule
 from sharing.models import NodePin, PoolSharing, QoSPolicy, SharingProfile
 from sharing.qos import check_pods, consistency_errors, flagged_share
 from sharing.render import content_name
-from sharing.selectors import pool_pod_views, profiles_under_pool_policy
+from sharing.selectors import NodeImpact, pool_pod_views, preview_summary, profile_preview, profiles_under_pool_policy
 from sharing.services import kubelet_mismatches
 from sharing.spec import (
     NodeConfig,
@@ -360,3 +361,67 @@ def qos_policy_impact(policy: QoSPolicy, pool: NodePool | None) -> dict | None:
         "settings": policy.node_settings(),
         "attached": policy.pk is not None and default is not None and default.qos_policy_id == policy.pk,
     }
+
+
+@dataclass(frozen=True)
+class ScheduleChange:
+    """What a schedule being saved would do at one moment to its pool's unpinned nodes: at once ("now"), or at its
+    next transition. `impacts` are the profile preview's (measured against what the nodes run now)."""
+
+    when: str  # "now" or "transition"
+    at: object
+    profile: SharingProfile | None
+    qos_policy: QoSPolicy | None
+    impacts: tuple[NodeImpact, ...] = ()
+    refused: str = ""  # the cluster's MIG strategy cannot run the profile at all
+
+    @property
+    def changing(self) -> list[NodeImpact]:
+        """The nodes it changes or that refuse it."""
+        return [i for i in self.impacts if i.changes or i.errors]
+
+    @property
+    def summary(self) -> dict:
+        return {**preview_summary(list(self.impacts)), "gpu_resets": sum(len(i.reset_gpus) for i in self.impacts)}
+
+
+def schedule_impact(schedule: Schedule, window_rows: list[dict], exception_rows: list[dict], *, now=None) -> list:
+    """What saving `schedule` (unsaved values; windows and exception dates as the services take them) would do:
+    what it makes the pool's unpinned nodes run at once (a preview against what they run now: no change when they
+    run it already), and its next transition. Disabled: nothing (the pool keeps its defaults)."""
+    if not schedule.enabled:
+        return []
+    now = now or timezone.now()
+    calendar = windows.Calendar(
+        tz=schedule.time_zone,
+        windows=tuple(
+            windows.Window(
+                frozenset(r["weekdays"]), r["start"], r["end"], (r["profile"], r.get("qos_policy")), r.get("name", "")
+            )
+            for r in window_rows
+        ),
+        baseline=(schedule.baseline_profile, schedule.baseline_qos_policy),
+        exceptions=frozenset(r["date"] for r in exception_rows),
+    )
+    default = PoolSharing.objects.filter(pool=schedule.pool).select_related("profile", "qos_policy").first()
+
+    def resolve(value):
+        profile, qos = value
+        return profile or (default.profile if default else None), qos or (default.qos_policy if default else None)
+
+    nodes = schedule.pool.nodes.live().filter(pin__isnull=True)
+    changes = [_change("now", now, *resolve(windows.value_at(calendar, now)), nodes)]
+    upcoming = windows.next_transition(calendar, now)
+    if upcoming is not None:
+        changes.append(_change("transition", upcoming.at, *resolve(upcoming.to_value), nodes))
+    return changes
+
+
+def _change(when: str, at, profile, qos, nodes) -> ScheduleChange:
+    if profile is None:
+        return ScheduleChange(when, at, None, qos)
+    try:
+        impacts = tuple(profile_preview(profile, nodes))
+    except ApplicationError as exc:
+        return ScheduleChange(when, at, profile, qos, refused=exc.message)
+    return ScheduleChange(when, at, profile, qos, impacts)

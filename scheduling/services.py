@@ -1,5 +1,6 @@
 """Writes of schedules: validated as a whole (windows, zone, overlaps, profiles fitting the pool), audited."""
 
+from contextlib import contextmanager
 from datetime import time
 
 from django.core.exceptions import ValidationError
@@ -10,10 +11,10 @@ from core.exceptions import ApplicationError
 from fleet.models import NodePool
 from scheduling import windows
 from scheduling.models import Schedule, ScheduleException, ScheduleWindow
-from scheduling.selectors import pool_states
+from scheduling.selectors import ScheduleChange, pool_states, schedule_impact
 from sharing.qos import consistency_errors
 from sharing.selectors import refuse_under_cluster_strategies
-from sharing.services import nodes_validation_errors, qos_compliance_record
+from sharing.services import nodes_validation_errors, qos_compliance_record, refuse_off_board
 from sharing.signals import desired_state_changed
 
 SCHEDULE_FIELDS = (
@@ -78,6 +79,7 @@ def _check(schedule: Schedule, window_rows: list[dict], exception_rows: list[dic
     problems = windows.validate(calendar)
     if problems:
         raise ApplicationError(problems[0], errors={"windows": problems})
+    pool = NodePool.objects.filter(pk=schedule.pool.pk)
     for i, row in enumerate(window_rows):
         policy = row.get("qos_policy")
         clashes = consistency_errors(policy.to_policy_spec(), row["profile"].mode) if policy else {}
@@ -86,16 +88,26 @@ def _check(schedule: Schedule, window_rows: list[dict], exception_rows: list[dic
             raise ApplicationError(
                 f"Window {row.get('name') or i + 1}: {messages[0]}", errors={f"windows[{i}].qos_policy": messages}
             )
+        if policy:
+            refuse_off_board(policy, pool, field=f"windows[{i}].qos_policy")
+    if schedule.baseline_qos_policy:
+        refuse_off_board(schedule.baseline_qos_policy, pool, field="baseline_qos_policy")
     nodes = schedule.pool.nodes.live()
-    profiles = {r["profile"] for r in window_rows} | ({schedule.baseline_profile} - {None})
-    for profile in profiles:
-        refuse_under_cluster_strategies(profile, nodes, (schedule.pool.cluster,))
+    # Each profile with the field that names it, so a refusal lands beside that field.
+    named = {schedule.baseline_profile: "baseline_profile"} if schedule.baseline_profile else {}
+    for i, row in enumerate(window_rows):
+        named.setdefault(row["profile"], f"windows[{i}].profile")
+    for profile, field in named.items():
+        try:
+            refuse_under_cluster_strategies(profile, nodes, (schedule.pool.cluster,))
+        except ApplicationError as exc:
+            raise ApplicationError(exc.message, errors={field: exc.errors.get("profile", [exc.message])}) from exc
         misfits = nodes_validation_errors(profile.to_spec(), nodes)
         if misfits:
             count = len({name for name, _ in misfits})
             raise ApplicationError(
                 f"{profile.name} does not fit {count} node(s) of pool {schedule.pool.name}.",
-                errors={"windows": [f"{profile.name}: {name}: {msg}" for name, msg in misfits[:5]]},
+                errors={field: [f"{profile.name}: {name}: {msg}" for name, msg in misfits[:5]]},
             )
 
 
@@ -106,25 +118,19 @@ def _replace_rows(schedule: Schedule, window_rows, exception_rows) -> None:
     ScheduleException.objects.bulk_create(ScheduleException(schedule=schedule, **row) for row in exception_rows)
 
 
-@transaction.atomic
-def schedule_create(*, actor: Actor, pool: NodePool, windows: list[dict], exceptions=(), **values) -> Schedule:
-    """Give a pool its schedule; from the next reconcile its nodes follow the window active at that moment."""
+def _new(pool: NodePool, windows, exceptions, values) -> tuple[Schedule, list[dict], list[dict]]:
+    """A new schedule for `pool` and its rows, checked; nothing written."""
     if Schedule.objects.filter(pool=pool).exists():
         raise ApplicationError(f"Pool {pool.name} already has a schedule; edit it instead.", status=409)
     schedule = Schedule(pool=pool, **{k: v for k, v in values.items() if k in SCHEDULE_FIELDS})
-    _check(schedule, list(windows), list(exceptions))
-    schedule.save()
-    _replace_rows(schedule, windows, exceptions)
-    audit_record(actor=actor, action="schedule.create", obj=schedule, after=schedule_snapshot(schedule))
-    desired_state_changed.send(sender=Schedule)
-    return schedule
+    window_rows, exception_rows = list(windows), list(exceptions)
+    _check(schedule, window_rows, exception_rows)
+    return schedule, window_rows, exception_rows
 
 
-@transaction.atomic
-def schedule_update(*, actor: Actor, schedule: Schedule, windows=None, exceptions=None, **values) -> Schedule:
-    """Change a schedule; windows and exceptions, when given, replace the old ones as a whole."""
-    schedule = Schedule.objects.select_for_update().get(pk=schedule.pk)
-    before = schedule_snapshot(schedule)
+def _changed(schedule: Schedule, windows, exceptions, values, *, lock: bool) -> tuple[Schedule, list, list]:
+    """The schedule with `values` applied and its rows (given ones replace the stored ones), checked; not saved."""
+    schedule = (Schedule.objects.select_for_update() if lock else Schedule.objects).get(pk=schedule.pk)
     for key in SCHEDULE_FIELDS:
         if key in values:
             setattr(schedule, key, values[key])
@@ -135,6 +141,30 @@ def schedule_update(*, actor: Actor, schedule: Schedule, windows=None, exception
         else [{"date": e.date, "note": e.note} for e in schedule.exceptions.all()]
     )
     _check(schedule, window_rows, exception_rows)
+    return schedule, window_rows, exception_rows
+
+
+@transaction.atomic
+def schedule_create(*, actor: Actor, pool: NodePool, windows: list[dict], exceptions=(), **values) -> Schedule:
+    """Give a pool its schedule; from the next reconcile its nodes follow the window active at that moment."""
+    schedule, window_rows, exception_rows = _new(pool, windows, exceptions, values)
+    schedule.save()
+    _replace_rows(schedule, window_rows, exception_rows)
+    audit_record(actor=actor, action="schedule.create", obj=schedule, after=schedule_snapshot(schedule))
+    desired_state_changed.send(sender=Schedule)
+    return schedule
+
+
+def schedule_create_preview(*, pool: NodePool, windows: list[dict], exceptions=(), **values) -> list[ScheduleChange]:
+    """What schedule_create would do to the pool (checked the same way), writing nothing: the dry run."""
+    return schedule_impact(*_new(pool, windows, exceptions, values))
+
+
+@transaction.atomic
+def schedule_update(*, actor: Actor, schedule: Schedule, windows=None, exceptions=None, **values) -> Schedule:
+    """Change a schedule; windows and exceptions, when given, replace the old ones as a whole."""
+    before = schedule_snapshot(schedule)
+    schedule, window_rows, exception_rows = _changed(schedule, windows, exceptions, values, lock=True)
     schedule.save()
     _replace_rows(schedule, window_rows, exception_rows)
     after = schedule_snapshot(schedule)
@@ -142,6 +172,11 @@ def schedule_update(*, actor: Actor, schedule: Schedule, windows=None, exception
         audit_record(actor=actor, action="schedule.update", obj=schedule, before=before, after=after)
         desired_state_changed.send(sender=Schedule)
     return schedule
+
+
+def schedule_update_preview(*, schedule: Schedule, windows=None, exceptions=None, **values) -> list[ScheduleChange]:
+    """What schedule_update would do to the pool (checked the same way), writing nothing: the dry run."""
+    return schedule_impact(*_changed(schedule, windows, exceptions, values, lock=False))
 
 
 def schedule_rows(schedule: Schedule) -> list[dict]:
@@ -167,9 +202,8 @@ def schedule_delete(*, actor: Actor, schedule: Schedule) -> None:
     desired_state_changed.send(sender=Schedule)
 
 
-def schedule_create_day_night(
+def day_night_values(
     *,
-    actor: Actor,
     pool: NodePool,
     day_profile,
     night_profile,
@@ -180,17 +214,16 @@ def schedule_create_day_night(
     day_end: time = time(20),
     weekdays=(0, 1, 2, 3, 4),
     **values,
-) -> Schedule:
-    """The day/night preset: `day_profile` (and `day_qos_policy`) in working hours on weekdays, the night pair
-    otherwise — a plain schedule with one window, editable like any other. No QoS policy: the pool's own."""
-    return schedule_create(
-        actor=actor,
-        pool=pool,
-        name=values.pop("name", f"{pool.name} day/night"),
-        time_zone=time_zone,
-        baseline_profile=night_profile,
-        baseline_qos_policy=night_qos_policy,
-        windows=[
+) -> dict:
+    """The day/night preset as schedule_create's arguments: `day_profile` (and `day_qos_policy`) in working hours on
+    weekdays, the night pair otherwise — a plain schedule with one window. No QoS policy: the pool's own."""
+    return {
+        "pool": pool,
+        "name": values.pop("name", f"{pool.name} day/night"),
+        "time_zone": time_zone,
+        "baseline_profile": night_profile,
+        "baseline_qos_policy": night_qos_policy,
+        "windows": [
             {
                 "name": "day",
                 "weekdays": list(weekdays),
@@ -201,7 +234,43 @@ def schedule_create_day_night(
             }
         ],
         **values,
-    )
+    }
+
+
+# The keys of the one schedule the preset makes → the preset's own fields, so refusals name what was typed.
+DAY_NIGHT_FIELDS = {
+    "baseline_profile": "night_profile",
+    "baseline_qos_policy": "night_qos_policy",
+    "windows[0].profile": "day_profile",
+    "windows[0].qos_policy": "day_qos_policy",
+    "windows[0].weekdays": "weekdays",
+    "windows[0].start": "day_start",
+    "windows[0].end": "day_end",
+    "windows": "day_start",
+}
+
+
+@contextmanager
+def _as_preset_fields():
+    try:
+        yield
+    except ApplicationError as exc:
+        errors = {}
+        for key, messages in exc.errors.items():
+            errors.setdefault(DAY_NIGHT_FIELDS.get(key, key), []).extend(messages)
+        raise ApplicationError(exc.message, errors=errors, status=exc.status) from exc
+
+
+def schedule_create_day_night(*, actor: Actor, **preset) -> Schedule:
+    """Create the day/night preset (day_night_values), editable afterwards like any schedule."""
+    with _as_preset_fields():
+        return schedule_create(actor=actor, **day_night_values(**preset))
+
+
+def schedule_create_day_night_preview(**preset) -> list[ScheduleChange]:
+    """What creating the day/night preset would do, writing nothing."""
+    with _as_preset_fields():
+        return schedule_create_preview(**day_night_values(**preset))
 
 
 def pool_compliance_check(pool_id: int) -> int:

@@ -1,6 +1,8 @@
 """Schedule pages: the list with what is active now, the editor with a live week timeline, the day/night preset,
 and each schedule's page with its timeline, upcoming transitions and the impact of the next one."""
 
+import hashlib
+import json
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -173,7 +175,7 @@ def _preview_timeline(form, window_forms, exception_forms, *, now=None) -> dict:
     return _timeline(calendar, value_labeller(profiles, policies, default), now=now)
 
 
-def _editor(request, schedule, forms, *, error="", window_errors=(), status=200):
+def _editor(request, schedule, forms, *, error="", window_errors=(), status=200, impact=None):
     form, window_forms, exception_forms = forms
     if form.is_bound:
         form.is_valid()
@@ -194,6 +196,9 @@ def _editor(request, schedule, forms, *, error="", window_errors=(), status=200)
         "error": error,
         "window_errors": window_errors,
         "time_zones": COMMON_TIME_ZONES,
+        **_impact_context(
+            request, impact, schedule.pool if schedule else getattr(form, "cleaned_data", {}).get("pool")
+        ),
     }
     return render(request, "scheduling/schedule_form.html", context, status=status)
 
@@ -214,10 +219,35 @@ def _place_errors(form, window_forms, errors: dict) -> list[str]:
                 form.add_error(key, message)
         elif key == "windows":
             general.extend(messages_)
-        else:
+        else:  # about the schedule as a whole: beside its pool
             for message in messages_:
-                form.add_error(None, message)
+                form.add_error("pool", message)
     return general
+
+
+# --- saving: the impact first, then confirm ---------------------------------------------------------------------
+
+PREVIEW_IGNORED = ("csrfmiddlewaretoken", "action", "previewed")
+
+
+def previewed_digest(data) -> str:
+    """A digest of what was previewed: "Confirm and save" saves only that, and previews again what changed since."""
+    items = sorted((key, data.getlist(key)) for key in data if key not in PREVIEW_IGNORED)
+    return hashlib.sha256(json.dumps(items).encode()).hexdigest()
+
+
+def _confirmed(request) -> bool:
+    return request.POST.get("action") == "save" and request.POST.get("previewed") == previewed_digest(request.POST)
+
+
+def _impact_context(request, changes, pool) -> dict:
+    """The impact panel of a save not confirmed yet: per moment the preview summary and the nodes that change."""
+    if changes is None:
+        return {}
+    for change in changes:
+        for impact in change.impacts:
+            impact.disruption_text = sharing_selectors.DISRUPTION_TEXT[impact.disruption]
+    return {"impact": changes, "impact_pool": pool, "previewed": previewed_digest(request.POST)}
 
 
 def _save(request, schedule=None):
@@ -228,23 +258,26 @@ def _save(request, schedule=None):
             request, schedule, forms, error="The schedule was not saved; see the messages below.", status=400
         )
     actor = Actor.for_user(request.user)
-    window_rows = [f.row() for f in filled(window_forms)]
-    exception_rows = [{"date": f.cleaned_data["date"], "note": f.cleaned_data["note"]} for f in filled(exception_forms)]
+    rows = {
+        "windows": [f.row() for f in filled(window_forms)],
+        "exceptions": [
+            {"date": f.cleaned_data["date"], "note": f.cleaned_data["note"]} for f in filled(exception_forms)
+        ],
+        **form.values(),
+    }
     try:
+        if not _confirmed(request):
+            if schedule is None:
+                changes = services.schedule_create_preview(pool=form.cleaned_data["pool"], **rows)
+            else:
+                changes = services.schedule_update_preview(schedule=schedule, **rows)
+            return _editor(request, schedule, forms, impact=changes)
         if schedule is None:
-            saved = services.schedule_create(
-                actor=actor,
-                pool=form.cleaned_data["pool"],
-                windows=window_rows,
-                exceptions=exception_rows,
-                **form.values(),
-            )
+            saved = services.schedule_create(actor=actor, pool=form.cleaned_data["pool"], **rows)
         else:
-            saved = services.schedule_update(
-                actor=actor, schedule=schedule, windows=window_rows, exceptions=exception_rows, **form.values()
-            )
+            saved = services.schedule_update(actor=actor, schedule=schedule, **rows)
     except ApplicationError as exc:
-        errors = dict(exc.errors) if exc.errors else ({"pool": [exc.message]} if exc.status == 409 else {})
+        errors = dict(exc.errors) if exc.errors else {"pool": [exc.message]}
         general = _place_errors(form, window_forms, errors)
         return _editor(request, schedule, forms, error=exc.message, window_errors=general, status=exc.status)
     messages.success(request, f"Schedule {saved.name} saved; its pool follows it from the next reconcile pass.")
@@ -288,26 +321,29 @@ def schedule_timeline(request):
 @role_required(Role.ADMIN)
 @require_http_methods(["GET", "POST"])
 def schedule_daynight(request):
-    """The day/night preset: a plain schedule with one working-hours window, editable afterwards."""
+    """The day/night preset: a plain schedule with one working-hours window, editable afterwards. Saving shows what
+    it would do first (nodes, GPU resets, pods losing their slice, when) and creates it once confirmed."""
     form = DayNightForm(request.POST or None)
-    error, status = "", 200
+    error, status, changes = "", 200, None
     if request.method == "POST":
         if form.is_valid():
             try:
-                saved = services.schedule_create_day_night(actor=Actor.for_user(request.user), **form.values())
+                if _confirmed(request):
+                    saved = services.schedule_create_day_night(actor=Actor.for_user(request.user), **form.values())
+                    messages.success(request, f"Schedule {saved.name} created.")
+                    return redirect_after_change(request, saved.get_absolute_url())
+                changes = services.schedule_create_day_night_preview(**form.values())
             except ApplicationError as exc:
-                errors = dict(exc.errors) if exc.errors else ({"pool": [exc.message]} if exc.status == 409 else {})
+                errors = dict(exc.errors) if exc.errors else {"pool": [exc.message]}
                 for key, messages_ in errors.items():
-                    field = key if key in form.fields else ("day_profile" if key == "windows" else None)
+                    field = key if key in form.fields else "pool"
                     for message in messages_:
                         form.add_error(field, message)
                 error, status = exc.message, exc.status
-            else:
-                messages.success(request, f"Schedule {saved.name} created.")
-                return redirect_after_change(request, saved.get_absolute_url())
         else:
             error, status = "The schedule was not created; see the messages below.", 400
     context = {"form": form, "error": error, "time_zones": COMMON_TIME_ZONES}
+    context.update(_impact_context(request, changes, form.cleaned_data.get("pool") if changes is not None else None))
     return render(request, "scheduling/schedule_daynight.html", context, status=status)
 
 

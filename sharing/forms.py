@@ -5,15 +5,15 @@ They only read input into the shapes the services take; NVIDIA's rules are judge
 services, whose messages the views put back beside the fields.
 """
 
+from functools import partial
+
 from django import forms
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.forms import formset_factory
 
 from fleet.choices import SharingMode
 from fleet.models import Gpu, Node, NodePool
 from sharing.choices import (
-    BusyPolicy,
     ComputeMode,
     CpuGovernor,
     CpuManagerPolicy,
@@ -26,6 +26,7 @@ from sharing.choices import (
 from sharing.mig import PRODUCTS, format_layout, parse_layout
 from sharing.models import QoSPolicy, SharingProfile
 from sharing.spec import ALL_GPUS, ProfileSpec, catalog_product
+from sharing.strategy import STRATEGY_FIELDS, STRATEGY_NAMES, StrategyField, strategy_default
 
 MIG_OFF_WORDS = ("off", "disabled", "all-disabled", "none")
 # Which parameters each mode uses; the others are reset to their defaults, so a field hidden in the editor
@@ -291,8 +292,8 @@ class PreviewScopeForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        if bool(data.get("pool")) == bool(data.get("nodes")):
-            raise ValidationError("Preview on a pool or on chosen nodes: give one of the two.")
+        if bool(data.get("pool")) == bool(data.get("nodes")) and not self.errors:
+            self.add_error("pool", "Preview on a pool or on chosen nodes: give one of the two.")
         return data
 
     def nodes_queryset(self):
@@ -301,31 +302,35 @@ class PreviewScopeForm(forms.Form):
         return Node.objects.filter(pk__in=self.cleaned_data["nodes"])
 
 
-def _rollout_default(name):
-    return settings.TESSERA["ROLLOUT_DEFAULTS"][name]
+def strategy_form_field(field: StrategyField) -> forms.Field:
+    """A form field of the rollout strategy, bounds and default as the API's (sharing.strategy)."""
+    common = {
+        "label": field.label,
+        "help_text": field.help_text,
+        "initial": partial(strategy_default, field.name),
+        "required": False,  # left empty: the default, as the API does
+    }
+    if field.choices:
+        return forms.ChoiceField(choices=field.choices, **common)
+    return forms.IntegerField(min_value=field.min_value, max_value=field.max_value, **common)
 
 
 class RolloutStrategyForm(forms.Form):
     """How an operator's rollout proceeds (rollout_start's strategy arguments)."""
 
-    batch_size = forms.IntegerField(
-        min_value=1, initial=lambda: _rollout_default("batch_size"), label="Batch size", help_text="nodes at once"
-    )
-    canary_count = forms.IntegerField(
-        min_value=0, initial=lambda: _rollout_default("canary_count"), label="Canary nodes", help_text="first, alone"
-    )
-    max_failures = forms.IntegerField(
-        min_value=1, initial=lambda: _rollout_default("max_failures"), label="Stop after failures", help_text="nodes"
-    )
-    busy_policy = forms.ChoiceField(
-        choices=BusyPolicy.choices, initial=lambda: _rollout_default("busy_policy"), label="Busy GPUs"
-    )
-    wait_minutes = forms.IntegerField(
-        min_value=0, initial=lambda: _rollout_default("wait_minutes"), label="Wait up to", help_text="minutes"
-    )
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for field in STRATEGY_FIELDS:
+            self.fields[field.name] = strategy_form_field(field)
+        self.order_fields(STRATEGY_NAMES)
+
+    def strategy_fields(self) -> list:
+        return [self[name] for name in STRATEGY_NAMES]
 
     def strategy(self) -> dict:
-        return {name: self.cleaned_data[name] for name in self.fields if name in self.cleaned_data}
+        """The strategy as typed, the defaults (sharing.strategy) for the fields left empty."""
+        values = {name: self.cleaned_data.get(name) for name in STRATEGY_NAMES}
+        return {name: strategy_default(name) if value in (None, "") else value for name, value in values.items()}
 
 
 class AssignForm(RolloutStrategyForm):
@@ -333,15 +338,6 @@ class AssignForm(RolloutStrategyForm):
 
     pool = forms.ModelChoiceField(queryset=NodePool.objects.select_related("cluster"), widget=forms.HiddenInput)
     rollout_now = forms.BooleanField(required=False, label="and roll out now")
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if not self.data.get("rollout_now"):
-            for name in RolloutStrategyForm.base_fields:
-                self.fields[name].required = False
-
-    def strategy(self) -> dict:
-        return {name: self.cleaned_data[name] for name in RolloutStrategyForm.base_fields}
 
 
 class PinForm(forms.Form):

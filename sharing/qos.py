@@ -11,6 +11,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sharing.mig import GpuProduct
 
 GUARANTEED, BURSTABLE, BEST_EFFORT = "Guaranteed", "Burstable", "BestEffort"
 QOS_RANK = {BEST_EFFORT: 0, BURSTABLE: 1, GUARANTEED: 2}
@@ -210,6 +214,38 @@ def consistency_errors(policy: PolicySpec, sharing_mode: str) -> dict[str, list[
                 ]
     if policy.time_slice_interval and sharing_mode == "mig":
         errors["time_slice_interval"] = ["The time-slice length applies to whole GPUs, not MIG devices."]
+    return errors
+
+
+# GPU settings whose valid values depend on the board (nvidia-contracts.md §4.3): the policy field, its words, the
+# unit, and the product's (low, high) range and whether that range is an estimate.
+_BOARD_RANGES = (
+    ("power_limit_w", "Power limit", "W", lambda p: (p.power_limit_w, p.power_limit_estimated)),
+    ("gpu_clock_min_mhz", "Locked GPU clock min", "MHz", lambda p: (p.graphics_clock_mhz, p.graphics_clock_estimated)),
+    ("gpu_clock_max_mhz", "Locked GPU clock max", "MHz", lambda p: (p.graphics_clock_mhz, p.graphics_clock_estimated)),
+    ("mps_pinned_memory_limit_mib", "MPS pinned memory limit", "MiB", lambda p: ((0, p.memory_mib), False)),
+)
+
+BOARD_RANGE_FIELDS = tuple(name for name, *_ in _BOARD_RANGES)
+
+
+def board_range_errors(settings: Mapping[str, int | None], boards: Sequence[tuple[GpuProduct, str]]) -> dict:
+    """Per policy field, why a GPU setting is outside what a board accepts: `boards` are (catalog product, where it
+    is, e.g. "pool gpu-a"), and each message names the value, the range, the product and the place."""
+    errors: dict[str, list[str]] = {}
+    for field_name, label, unit, range_of in _BOARD_RANGES:
+        value = settings.get(field_name)
+        if value is None:
+            continue
+        for product, where in boards:
+            bounds, estimated = range_of(product)
+            if bounds is None or bounds[0] <= value <= bounds[1]:
+                continue
+            note = " (an estimated range)" if estimated else ""
+            name = product.display_name.removeprefix("NVIDIA ")
+            errors.setdefault(field_name, []).append(
+                f"{label} {value} {unit} is outside {bounds[0]}–{bounds[1]} {unit} for {name} ({where}){note}."
+            )
     return errors
 
 

@@ -4,15 +4,16 @@ from dataclasses import asdict
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import ProtectedError
+from django.db.models import ProtectedError, Q
 from django.utils import timezone
 
 from core.audit import Actor, audit_record
 from core.exceptions import ApplicationError
 from fleet.models import Gpu, Node, NodePool
+from sharing.mig import GpuProduct
 from sharing.models import NodePin, PoolSharing, QoSComplianceReport, QoSPolicy, SharingProfile
 from sharing.nvidia_import import ProposedProfile
-from sharing.qos import check_pods, consistency_errors, parse_taint
+from sharing.qos import BOARD_RANGE_FIELDS, board_range_errors, check_pods, consistency_errors, parse_taint
 from sharing.selectors import (
     ImportPreview,
     pool_pod_views,
@@ -20,7 +21,7 @@ from sharing.selectors import (
     refuse_under_cluster_strategies,
 )
 from sharing.signals import desired_state_changed
-from sharing.spec import ProfileSpec, node_validation_errors, validate_spec
+from sharing.spec import ProfileSpec, catalog_product, node_validation_errors, validate_spec
 
 PROFILE_FIELDS = (
     "name",
@@ -44,18 +45,20 @@ def profile_snapshot(profile: SharingProfile) -> dict:
 
 
 def _refuse(what: str, errors: dict[str, list[str]]) -> None:
-    """Raise the one domain error for invalid input; its message is the first field's first complaint."""
+    """Raise the one domain error for invalid input; its message names the first field and its first complaint."""
     if errors:
-        first = next(iter(errors.values()))[0]
-        raise ApplicationError(f"The {what} is not valid: {first}", errors=errors)
+        field, messages = next(iter(errors.items()))
+        raise ApplicationError(f"The {what} is not valid: {field.replace('_', ' ')}: {messages[0]}", errors=errors)
 
 
 def _check(profile: SharingProfile) -> None:
+    errors: dict[str, list[str]] = {}
     try:
         profile.full_clean(exclude=["created_by"])
     except ValidationError as exc:
-        _refuse("profile", exc.message_dict)
-    _refuse("profile", validate_spec(profile.to_spec()))
+        errors.update(exc.message_dict)
+    errors.update(validate_spec(profile.to_spec()))  # NVIDIA's words over the model's generic "cannot be blank"
+    _refuse("profile", errors)
 
 
 @transaction.atomic
@@ -152,7 +155,12 @@ def _check_assignments_still_fit(profile: SharingProfile) -> None:
     if problems:
         raise ApplicationError(
             f"The change does not fit {_node_count(problems)} node(s) using this profile.",
-            errors={"non_field_errors": [f"{name}: {msg}" for name, msg in problems[:10]]},
+            # What decides the fit: the layouts of a MIG profile, else the products it targets.
+            errors={
+                "mig_layouts" if profile.mode == "mig" else "target_products": [
+                    f"{name}: {msg}" for name, msg in problems[:10]
+                ]
+            },
         )
 
 
@@ -305,9 +313,34 @@ def qos_snapshot(policy: QoSPolicy) -> dict:
     return {f: getattr(policy, f) for f in QOS_FIELDS}
 
 
-def qos_policy_check(policy: QoSPolicy) -> dict[str, list[str]]:
-    """The policy's problems per field (model rules, taint syntax, clock bounds), saving nothing: the editor's live
-    check and the create/update services share it."""
+def pool_boards(pools) -> list[tuple[GpuProduct, str]]:
+    """(catalog product, "pool <name>") for each GPU model live in these pools; models outside the catalog have no
+    known ranges and are left out."""
+    rows = Gpu.objects.live().filter(node__pool__in=pools).values_list("node__pool__name", "product").distinct()
+    boards = {(catalog_product(product), f"pool {pool}") for pool, product in rows}
+    return sorted(((p, where) for p, where in boards if p is not None), key=lambda b: (b[1], b[0].name))
+
+
+def policy_pools(policy: QoSPolicy):
+    """The pools a saved policy applies to: as their default, in a schedule window, or as a schedule's baseline."""
+    if policy.pk is None:
+        return NodePool.objects.none()
+    uses = Q(sharing__qos_policy=policy) | Q(schedule__windows__qos_policy=policy)
+    return NodePool.objects.filter(uses | Q(schedule__baseline_qos_policy=policy)).distinct()
+
+
+def qos_board_errors(policy: QoSPolicy, pools) -> dict[str, list[str]]:
+    """The policy's GPU settings against the ranges of every GPU model in `pools` (MIG catalog, §4.3)."""
+    settings = {name: getattr(policy, name) for name in BOARD_RANGE_FIELDS}
+    if all(value is None for value in settings.values()):
+        return {}
+    return board_range_errors(settings, pool_boards(pools))
+
+
+def qos_policy_check(policy: QoSPolicy, *, pools=()) -> dict[str, list[str]]:
+    """The policy's problems per field (model rules, taint syntax, clock bounds, the GPU settings against the boards
+    of the pools it applies to and of `pools`), saving nothing: the editor's live check and the create/update
+    services share it."""
     errors: dict[str, list[str]] = {}
     try:
         policy.full_clean()
@@ -323,6 +356,10 @@ def qos_policy_check(policy: QoSPolicy) -> dict[str, list[str]]:
         errors.setdefault("gpu_clock_max_mhz", []).append("Give both the minimum and maximum locked clock, or neither.")
     elif low is not None and low > high:
         errors.setdefault("gpu_clock_max_mhz", []).append("The maximum clock must be at least the minimum.")
+    if not errors:
+        pool_ids = {p.pk for p in pools} | set(policy_pools(policy).values_list("pk", flat=True))
+        for field, messages in qos_board_errors(policy, NodePool.objects.filter(pk__in=pool_ids)).items():
+            errors.setdefault(field, []).extend(messages)
     return errors
 
 
@@ -337,16 +374,24 @@ def _profiles_running_with(policy: QoSPolicy) -> list[SharingProfile]:
     return sorted(profiles, key=lambda p: p.name)
 
 
-def _check_consistency(policy: QoSPolicy, profiles, *, field: str = "qos_policy") -> None:
-    """Refuse a policy that contradicts a sharing mode it would run with (e.g. memory isolation on time-slicing)."""
-    messages = [
-        f"{profile.name}: {message}"
-        for profile in profiles
-        for messages in consistency_errors(policy.to_policy_spec(), profile.mode).values()
-        for message in messages
-    ]
-    if messages:
-        raise ApplicationError(messages[0], errors={field: messages})
+def _check_consistency(policy: QoSPolicy, profiles, *, field: str | None = "qos_policy") -> None:
+    """Refuse a policy that contradicts a sharing mode it would run with (e.g. memory isolation on time-slicing):
+    messages under `field`, or (None) under the policy's own fields they are about."""
+    errors: dict[str, list[str]] = {}
+    for profile in profiles:
+        for key, messages in consistency_errors(policy.to_policy_spec(), profile.mode).items():
+            errors.setdefault(field or key, []).extend(f"{profile.name}: {message}" for message in messages)
+    if errors:
+        raise ApplicationError(next(iter(errors.values()))[0], errors=errors)
+
+
+def refuse_off_board(policy: QoSPolicy, pools, *, field: str | None = None) -> None:
+    """Refuse a policy whose GPU settings some board of `pools` does not accept, naming value, range and board;
+    errors keyed by the policy's fields, or all under `field` (e.g. the schedule window that names the policy)."""
+    errors = qos_board_errors(policy, pools)
+    if errors:
+        messages = [m for ms in errors.values() for m in ms]
+        raise ApplicationError(f"{policy.name}: {messages[0]}", errors={field: messages} if field else errors)
 
 
 @transaction.atomic
@@ -369,7 +414,7 @@ def qos_policy_update(*, actor: Actor, policy: QoSPolicy, **values) -> QoSPolicy
     _check_qos(policy)
     if qos_snapshot(policy) == before:
         return policy
-    _check_consistency(policy, _profiles_running_with(policy), field="non_field_errors")
+    _check_consistency(policy, _profiles_running_with(policy), field=None)
     policy.save()
     audit_record(actor=actor, action="qos.update", obj=policy, before=before, after=qos_snapshot(policy))
     desired_state_changed.send(sender=QoSPolicy)
@@ -391,6 +436,7 @@ def pool_set_qos_policy(*, actor: Actor, pool: NodePool, policy: QoSPolicy | Non
     current = _lock_pool_sharing(pool)
     if policy is not None:
         _check_consistency(policy, profiles_under_pool_policy(pool))
+        refuse_off_board(policy, NodePool.objects.filter(pk=pool.pk))
     before = {"qos_policy": current.qos_policy.name if current and current.qos_policy else None}
     sharing, _ = PoolSharing.objects.update_or_create(pool=pool, defaults={"qos_policy": policy})
     after = {"qos_policy": policy.name if policy else None}

@@ -80,15 +80,22 @@ def rollout_create(
 
 
 def rollout_title(pool, profile, nodes: int) -> str:
-    """A planned group as lists show it: where, the profile and how many nodes."""
+    """A planned group as lists show it: where, the profile and how many nodes (None: several pools or profiles)."""
     where = pool.name if pool else "pinned nodes"
-    return f"{where} → {profile.name} ({nodes} node{'s' if nodes != 1 else ''})"
+    what = profile.name if profile else "their desired profiles"
+    return f"{where} → {what} ({nodes} node{'s' if nodes != 1 else ''})"
 
 
-def rollout_start(*, actor: Actor, nodes, **strategy) -> list[int]:
+def _only(values: set):
+    """The one value of a set, or None when it holds several."""
+    return next(iter(values)) if len(values) == 1 else None
+
+
+def rollout_start(*, actor: Actor, nodes, **strategy) -> Rollout:
     """An operator's explicit rollout: bring these nodes to their desired state now, with the given strategy.
 
-    One rollout per (pool, profile) group, like the loop; raises when nothing in scope differs from desired.
+    One rollout for the whole scope (its pool and profile set when all its nodes share them), so a client gets the
+    one rollout it asked for; raises when nothing in scope differs from desired.
     """
     groups = plan(reconcilable_nodes(nodes))
     if not groups:
@@ -98,32 +105,32 @@ def rollout_start(*, actor: Actor, nodes, **strategy) -> list[int]:
             "Nothing to roll out: the nodes in scope already run their desired configuration, are changing "
             f"already, or failed on it before and wait for a retry{reason}."
         )
-    created = []
-    for (pool, profile, _source, _schedule), planned in groups.items():
-        rollout = rollout_create(
-            actor=actor,
-            trigger=RolloutTrigger.USER,
-            title=rollout_title(pool, profile, len(planned)),
-            changes=planned,
-            pool=pool,
-            profile=profile,
-            **strategy,
-        )
-        created.append(rollout.pk)
-    return created
+    changes = [change for planned in groups.values() for change in planned]
+    pool = _only({pool for pool, *_ in groups})
+    profile = _only({profile for _, profile, *_ in groups})
+    return rollout_create(
+        actor=actor,
+        trigger=RolloutTrigger.USER,
+        title=rollout_title(pool, profile, len(changes)),
+        changes=changes,
+        pool=pool,
+        profile=profile,
+        **strategy,
+    )
 
 
 @transaction.atomic
 def pool_assign_and_roll_out(
     *, actor: Actor, pool, profile, strategy: dict | None = None, mode: str = AssignMode.DEFAULT
-) -> tuple[Assignment, list[int]]:
+) -> tuple[Assignment, Rollout | None]:
     """Assign `profile` to the pool as `mode` says (scheduling.assign) and, with a strategy, roll it out now — in
-    one transaction, so the reconcile pass the assignment triggers finds the nodes already changing instead of
-    racing with defaults. Rolling out a new default while the pool's schedule sets another profile is refused
+    one transaction, so the reconcile pass the assignment triggers (sent on commit) finds the nodes already
+    changing instead of racing with its defaults. With a strategy and nothing to roll out, nothing is assigned
+    either (as the UI says); rolling out a new default while the pool's schedule sets another profile is refused
     with the schedule's reason (nothing would change until it lets go)."""
     assignment = pool_assign(actor=actor, pool=pool, profile=profile, mode=mode)
     if strategy is None:
-        return assignment, []
+        return assignment, None
     if assignment.rule is not None and mode == AssignMode.DEFAULT:
         when = assignment.rule.when(assignment.rule.until)
         message = f"Nothing to roll out now: {assignment.message}"

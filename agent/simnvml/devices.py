@@ -93,10 +93,18 @@ class SimGpu:
 
     @property
     def tdp_mw(self) -> int:
+        """The default power limit: the board's maximum from the MIG catalog (§4.3), as on NVIDIA's boards."""
+        if self.product.power_limit_w:
+            return self.product.power_limit_w[1] * 1000
         return TDP_W.get(self.product.architecture, 300) * 1000
 
     @property
     def power_range_mw(self) -> tuple[int, int]:
+        """What nvmlDeviceGetPowerManagementLimitConstraints answers: the catalog's range, so the server's check of
+        a QoS power limit and this GPU's refusal agree."""
+        if self.product.power_limit_w:
+            low, high = self.product.power_limit_w
+            return low * 1000, high * 1000
         return self.tdp_mw * 3 // 10, self.tdp_mw
 
     @property
@@ -106,8 +114,9 @@ class SimGpu:
 
     @property
     def clocks_mhz(self) -> tuple[int, int]:
-        """(max graphics clock, memory clock)."""
-        return CLOCKS_MHZ.get(self.product.architecture, (1800, 1500))
+        """(max graphics clock, memory clock); the graphics clock is the catalog's (§4.3) where it has one."""
+        graphics, memory = CLOCKS_MHZ.get(self.product.architecture, (1800, 1500))
+        return (self.product.graphics_clock_mhz[1] if self.product.graphics_clock_mhz else graphics), memory
 
 
 @dataclass

@@ -117,7 +117,7 @@ def _save(request, pool: NodePool | None):
             cluster=None if pool else form.cleaned_data["cluster"],
         )
     except ApplicationError as exc:
-        form_add_service_errors(form, exc, fields={"nodes": "members", "windows": "schedule"})
+        form_add_service_errors(form, exc, fields={"nodes": "members", "windows": "schedule"}, default="name")
         return _editor(request, form, pool, error=exc.message, status=exc.status)
     messages.success(request, f"Pool {saved.name} saved.")
     return redirect_after_change(request, saved.get_absolute_url())

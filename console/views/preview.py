@@ -5,7 +5,6 @@ schedule and worker's rollouts."""
 
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, render
-from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from console.forms import ScheduledAssignForm
@@ -63,22 +62,21 @@ def profile_assign(request, pk):
         pool, actor = form.cleaned_data["pool"], Actor.for_user(request.user)
         try:
             strategy = form.strategy() if form.cleaned_data["rollout_now"] else None
-            assignment, rollout_ids = pool_assign_and_roll_out(
+            assignment, rollout = pool_assign_and_roll_out(
                 actor=actor, pool=pool, profile=profile, strategy=strategy, mode=form.cleaned_data["mode"]
             )
         except ApplicationError as exc:
             form_add_service_errors(
                 form,
                 exc,
-                fields={"profile": "__all__", "nodes": "__all__", "rollout_now": "__all__", "mode": "__all__"},
+                fields={"profile": "pool", "nodes": "pool", "rollout_now": "rollout_now", "mode": "mode"},
+                default="pool",
             )
             status = exc.status
         else:
             messages.success(request, assignment.message)
-            if len(rollout_ids) == 1:
-                return redirect_after_change(request, reverse("worker:rollout_detail", args=rollout_ids))
-            if rollout_ids:
-                return redirect_after_change(request, reverse("worker:rollout_list") + "?active=true")
+            if rollout is not None:
+                return redirect_after_change(request, rollout.get_absolute_url())
             done = pool.get_absolute_url() if assignment.mode != AssignMode.DEFAULT else profile.get_absolute_url()
             return redirect_after_change(request, done)
     else:
@@ -99,7 +97,7 @@ def profile_pin(request, pk):
         try:
             services.nodes_pin_profile(actor=actor, nodes=nodes, profile=profile, reason=form.cleaned_data["reason"])
         except ApplicationError as exc:
-            form_add_service_errors(form, exc, fields={"profile": "__all__"})
+            form_add_service_errors(form, exc, fields={"profile": "nodes"}, default="nodes")
             status = exc.status
         else:
             messages.success(request, f"Pinned {len(nodes)} node{'s' if len(nodes) != 1 else ''} to {profile.name}.")

@@ -41,6 +41,14 @@ def _check_pool_initial(policy: QoSPolicy | None) -> NodePool | None:
     return use.pool if use else None
 
 
+def _measured_pool(request) -> list[NodePool]:
+    """The pool the editor measures the policy against: its GPU settings are checked against that pool's boards
+    too (the pools the policy applies to are always checked)."""
+    pool_form = QoSCheckPoolForm(request.POST)
+    pool = pool_form.cleaned_data.get("check_pool") if pool_form.is_valid() else None
+    return [pool] if pool else []
+
+
 def _qos_editor(request, form, policy, *, candidate=None, error="", status=200, live=False):
     pool_form = QoSCheckPoolForm(request.POST if request.method == "POST" else None)
     if pool_form.is_bound:
@@ -67,7 +75,7 @@ def _qos_save(request, form: QoSPolicyForm, policy: QoSPolicy | None):
     valid = form.is_valid()
     candidate = form.policy(policy)
     if not valid or request.POST.get("action") == "check":
-        form.add_service_errors(services.qos_policy_check(candidate))
+        form.add_service_errors(services.qos_policy_check(candidate, pools=_measured_pool(request)))
         error = "" if valid else "The policy was not saved; see the messages below."
         return _qos_editor(request, form, policy, candidate=candidate, error=error, status=200 if valid else 400)
     actor = Actor.for_user(request.user)
@@ -181,7 +189,7 @@ def qos_validate(request):
     form = QoSPolicyForm(request.POST)
     form.is_valid()
     candidate = form.policy(policy)
-    form.add_service_errors(services.qos_policy_check(candidate))
+    form.add_service_errors(services.qos_policy_check(candidate, pools=_measured_pool(request)))
     return _qos_editor(request, form, policy, candidate=candidate, live=True)
 
 
@@ -215,7 +223,7 @@ def qos_attach(request, pk):
     try:
         services.pool_set_qos_policy(actor=Actor.for_user(request.user), pool=pool, policy=policy)
     except ApplicationError as exc:
-        form_add_service_errors(form, exc, fields={"qos_policy": "__all__", "profile": "__all__"})
+        form_add_service_errors(form, exc, fields={"qos_policy": "pool", "profile": "pool"}, default="pool")
         return _qos_detail(request, policy, attach_form=form, attach_error=exc.message, status=exc.status)
     messages.success(request, f"{policy.name} is now the QoS policy of pool {pool.name}.")
     return redirect_after_change(request, policy.get_absolute_url())

@@ -12,6 +12,15 @@ from scheduling.models import Schedule, ScheduleException, ScheduleWindow
 from sharing.api import serializers as sharing_serializers
 from sharing.models import QoSPolicy, SharingProfile
 
+DRY_RUN_HELP = (
+    "true: check and answer what saving would do (nodes, GPU resets, pods losing their slice, when), writing "
+    "nothing and starting no rollout; also `?dry_run=true`."
+)
+
+
+class ScheduleChangeSummarySerializer(sharing_serializers.PreviewSummarySerializer):
+    gpu_resets = serializers.IntegerField(help_text="GPUs whose MIG mode changes (each one resets)")
+
 
 class ScheduleWindowSerializer(serializers.ModelSerializer):
     profile = RefField("sharingprofile-detail", queryset=SharingProfile.objects.all())
@@ -41,6 +50,7 @@ class ScheduleSerializer(serializers.ModelSerializer):
     )
     windows = ScheduleWindowSerializer(many=True)
     exceptions = ScheduleExceptionSerializer(many=True, required=False)
+    dry_run = serializers.BooleanField(write_only=True, required=False, default=False, help_text=DRY_RUN_HELP)
 
     class Meta:
         model = Schedule
@@ -57,6 +67,7 @@ class ScheduleSerializer(serializers.ModelSerializer):
             "enabled",
             "windows",
             "exceptions",
+            "dry_run",
             "created_at",
             "updated_at",
         ]
@@ -82,8 +93,28 @@ class DayNightSerializer(serializers.Serializer):
     day_start = serializers.TimeField(default=time(8))
     day_end = serializers.TimeField(default=time(20))
     weekdays = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=6), default=[0, 1, 2, 3, 4])
+    dry_run = serializers.BooleanField(required=False, default=False, help_text=DRY_RUN_HELP)
 
     validate_time_zone = ScheduleSerializer.validate_time_zone
+
+
+class ScheduleChangeSerializer(serializers.Serializer):
+    """What the schedule would do at one moment to its pool's unpinned nodes (a profile preview per node)."""
+
+    when = serializers.ChoiceField(choices=["now", "transition"], help_text="at once on saving, or its next switch")
+    at = serializers.DateTimeField()
+    profile = RefField("sharingprofile-detail", read_only=True)
+    qos_policy = RefField("qospolicy-detail", read_only=True)
+    refused = serializers.CharField(help_text="why the profile cannot run there at all ('' otherwise)")
+    summary = ScheduleChangeSummarySerializer()
+    nodes = sharing_serializers.NodeImpactSerializer(source="impacts", many=True)
+
+
+class DryRunSerializer(serializers.Serializer):
+    """The answer to `dry_run`: nothing was written, and this is what saving would do."""
+
+    dry_run = serializers.BooleanField()
+    impact = ScheduleChangeSerializer(many=True)
 
 
 class TransitionSerializer(serializers.Serializer):

@@ -12,6 +12,5 @@ router.register("desired-states", views.DesiredStateViewSet, basename="desired-s
 urlpatterns = [
     path("transitions/", views.UpcomingTransitionsView.as_view(), name="transitions"),
     path("profiles/<int:pk>/preview/", views.ProfilePreviewView.as_view(), name="sharingprofile-preview"),
-    path("profiles/<int:pk>/assign/", views.ProfileAssignView.as_view(), name="sharingprofile-assign"),
     *router.urls,
 ]

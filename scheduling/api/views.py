@@ -5,7 +5,7 @@ from datetime import timedelta
 
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -17,7 +17,7 @@ from fleet.filtersets import NodeFilterSet
 from fleet.models import Node
 from scheduling import selectors, services
 from scheduling.api import serializers
-from scheduling.assign import pool_assign, schedule_rule
+from scheduling.assign import schedule_rule
 from scheduling.models import Schedule
 from sharing import selectors as sharing_selectors
 from sharing.api import serializers as sharing_serializers
@@ -28,11 +28,28 @@ def _rows(data: dict) -> dict:
     """Nested serializer output → keyword arguments for the services."""
     values = dict(data)
     values.pop("pool", None)
+    values.pop("dry_run", None)
     if "windows" in values:
         values["windows"] = [dict(w) for w in values["windows"]]
     if "exceptions" in values:
         values["exceptions"] = [dict(e) for e in values["exceptions"]]
     return values
+
+
+DRY_RUN = OpenApiParameter(
+    "dry_run", bool, description="true: answer what saving would do, write nothing (same as the body's `dry_run`)"
+)
+
+
+def _dry_run(request, data: dict) -> bool:
+    """`dry_run` in the body, or `?dry_run=true` (1, yes, on) in the query string."""
+    query = request.query_params.get("dry_run", "").strip().lower() in ("true", "1", "yes", "on")
+    return bool(data.get("dry_run")) or query
+
+
+def _impact(request, changes) -> Response:
+    body = {"dry_run": True, "impact": changes}
+    return Response(serializers.DryRunSerializer(body, context={"request": request}).data)
 
 
 class ScheduleViewSet(viewsets.ModelViewSet):
@@ -44,6 +61,36 @@ class ScheduleViewSet(viewsets.ModelViewSet):
     serializer_class = serializers.ScheduleSerializer
     filterset_fields = ["pool", "enabled"]
     search_fields = ["name"]
+
+    @extend_schema(
+        parameters=[DRY_RUN],
+        responses={201: serializers.ScheduleSerializer, 200: serializers.DryRunSerializer},
+        description="With `dry_run`: 200 and what saving would do; nothing is written.",
+    )
+    def create(self, request, *args, **kwargs):
+        body = self.get_serializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        if not _dry_run(request, body.validated_data):
+            return super().create(request, *args, **kwargs)
+        data = body.validated_data
+        return _impact(request, services.schedule_create_preview(pool=data["pool"], **_rows(data)))
+
+    @extend_schema(
+        parameters=[DRY_RUN],
+        responses={200: serializers.ScheduleSerializer},
+        description="With `dry_run`: what saving would do (a DryRun body); nothing is written.",
+    )
+    def update(self, request, *args, **kwargs):
+        partial = kwargs.get("partial", False)
+        body = self.get_serializer(self.get_object(), data=request.data, partial=partial)
+        body.is_valid(raise_exception=True)
+        if not _dry_run(request, body.validated_data):
+            return super().update(request, *args, **kwargs)
+        return _impact(request, services.schedule_update_preview(schedule=body.instance, **_rows(body.validated_data)))
+
+    @extend_schema(parameters=[DRY_RUN], responses={200: serializers.ScheduleSerializer})
+    def partial_update(self, request, *args, **kwargs):
+        return super().partial_update(request, *args, **kwargs)
 
     def perform_create(self, serializer):
         data = serializer.validated_data
@@ -59,13 +106,23 @@ class ScheduleViewSet(viewsets.ModelViewSet):
     def perform_destroy(self, instance):
         services.schedule_delete(actor=Actor.from_request(self.request), schedule=instance)
 
-    @extend_schema(request=serializers.DayNightSerializer, responses=serializers.ScheduleSerializer)
+    @extend_schema(
+        request=serializers.DayNightSerializer,
+        parameters=[DRY_RUN],
+        responses={201: serializers.ScheduleSerializer, 200: serializers.DryRunSerializer},
+    )
     @action(detail=False, methods=["post"], url_path="day-night")
     def day_night(self, request):
-        """Create the day/night preset for a pool: a plain schedule with one weekday window."""
+        """Create the day/night preset for a pool: a plain schedule with one weekday window. With `dry_run`: 200
+        and what creating it would do; nothing is written."""
         body = serializers.DayNightSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        schedule = services.schedule_create_day_night(actor=Actor.from_request(request), **body.validated_data)
+        preset = dict(body.validated_data)
+        if _dry_run(request, preset):
+            preset.pop("dry_run")
+            return _impact(request, services.schedule_create_day_night_preview(**preset))
+        preset.pop("dry_run")
+        schedule = services.schedule_create_day_night(actor=Actor.from_request(request), **preset)
         return Response(self.get_serializer(schedule).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -128,21 +185,3 @@ class ProfilePreviewView(APIView):
             "schedule": schedule_rule(pool) if pool else None,
         }
         return Response(serializers.PreviewSerializer(data, context={"request": request}).data)
-
-
-class ProfileAssignView(APIView):
-    """`profiles/{id}/assign/`: assign the profile to a pool as `mode` says (operators; `window` needs an admin).
-    The answer is the profile, with `assignment` saying what happened and when the profile applies."""
-
-    action_roles = {None: Role.OPERATOR}
-
-    @extend_schema(request=serializers.AssignRequestSerializer, responses=serializers.AssignResponseSerializer)
-    def post(self, request, pk):
-        profile = get_object_or_404(SharingProfile, pk=pk)
-        body = serializers.AssignRequestSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        assignment = pool_assign(actor=Actor.from_request(request), profile=profile, **body.validated_data)
-        context = {"request": request}
-        data = sharing_serializers.SharingProfileSerializer(profile, context=context).data
-        data["assignment"] = serializers.AssignmentSerializer(assignment, context=context).data
-        return Response(data)

@@ -63,8 +63,21 @@ class SharingProfileSerializer(serializers.ModelSerializer):
 
 
 class MigValidateSerializer(serializers.Serializer):
+    """A layout to check on a product: `layout` as the UI writes it ("3g.40gb x2 + 1g.10gb") or as an object, or
+    `devices` (the object form, kept for existing clients)."""
+
     product = serializers.CharField()
-    devices = serializers.DictField(child=serializers.IntegerField(min_value=0))
+    layout = LayoutField(required=False, help_text='"3g.40gb x2 + 1g.10gb" (as the UI writes it) or {"3g.40gb": 2}')
+    devices = serializers.DictField(child=serializers.IntegerField(min_value=0), required=False)
+
+    def validate(self, attrs):
+        given = [key for key in ("layout", "devices") if attrs.get(key) is not None]
+        if len(given) != 1:
+            raise serializers.ValidationError({"layout": ['Give the layout, e.g. "3g.40gb x2 + 1g.10gb".']})
+        attrs["devices"] = attrs.pop(given[0])
+        if any(not isinstance(n, int) or n < 0 for n in attrs["devices"].values()):
+            raise serializers.ValidationError({given[0]: ["Counts are whole numbers, 0 or more."]})
+        return attrs
 
     def validate_product(self, value):
         if value not in PRODUCTS:
@@ -119,6 +132,14 @@ class GpuProductSerializer(serializers.Serializer):
     profiles = MigProfileSerializer(many=True)
     figures_estimated = serializers.BooleanField()
     source = serializers.CharField(help_text="where the profile figures come from")
+    power_limit_w = serializers.ListField(
+        child=serializers.IntegerField(), help_text="[min, max] W a QoS power limit may set (contracts §4.3)"
+    )
+    power_limit_estimated = serializers.BooleanField()
+    graphics_clock_mhz = serializers.ListField(
+        child=serializers.IntegerField(), help_text="[min, max] MHz locked graphics clocks may use"
+    )
+    graphics_clock_estimated = serializers.BooleanField()
 
     def get_compute_capability(self, product) -> str:
         return "{}.{}".format(*product.compute_capability)
@@ -132,7 +153,7 @@ class PreviewRequestSerializer(serializers.Serializer):
 
     def validate(self, attrs):
         if bool(attrs.get("pool")) == bool(attrs.get("nodes")):
-            raise serializers.ValidationError("Give either a pool or a list of nodes.")
+            raise serializers.ValidationError({"pool": ["Give either a pool or a list of nodes."]})
         return attrs
 
 
@@ -175,10 +196,6 @@ class PreviewSummarySerializer(serializers.Serializer):
 class PreviewSerializer(serializers.Serializer):
     summary = PreviewSummarySerializer()
     nodes = NodeImpactSerializer(many=True)
-
-
-class AssignSerializer(serializers.Serializer):
-    pool = serializers.PrimaryKeyRelatedField(queryset=NodePool.objects.all())
 
 
 class PinRequestSerializer(serializers.Serializer):

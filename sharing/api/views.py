@@ -1,4 +1,5 @@
-"""Sharing endpoints: profiles (admin), their preview (any role), assignment and pins (operators), the MIG catalog."""
+"""Sharing endpoints: profiles (admin), their preview (any role), pins (operators), the MIG catalog. Assigning a
+profile to a pool is routed to worker.api, since it may start a rollout."""
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -22,7 +23,7 @@ class SharingProfileViewSet(viewsets.ModelViewSet):
     search_fields = ["name", "description"]
     ordering_fields = ["name", "mode", "updated_at"]
     filterset_fields = ["mode"]
-    # preview/ and assign/ weigh the pool's schedule: scheduling/api/views.py serves them under the same paths.
+    # preview/ weighs the pool's schedule (scheduling/api/views.py); assign/ may start a rollout (worker/api/views.py).
     action_roles = {"pin": Role.OPERATOR}
 
     def perform_create(self, serializer):

@@ -67,6 +67,12 @@ class GpuProduct:
     memory_slices: int = 0
     profiles: tuple[MigProfile, ...] = ()
     source: str = ""  # where the profile figures come from, for the admin who doubts one
+    # What a QoS policy may set on this board (§4.3): the power limit range NVML's
+    # nvmlDeviceGetPowerManagementLimitConstraints gives, and the graphics clocks a lock may use.
+    power_limit_w: tuple[int, int] | None = None
+    graphics_clock_mhz: tuple[int, int] | None = None
+    power_limit_estimated: bool = False
+    graphics_clock_estimated: bool = False
 
     @property
     def pci_device_id(self) -> str:
@@ -251,13 +257,66 @@ def gfd_product_name(name: str) -> str:
     return "-".join(_GFD_UNSAFE.sub("", name).split())
 
 
+# §4.3 GPU setting ranges: (min W, max W, max graphics MHz, which are estimates: "p" power, "c" clocks, "pc" both).
+# The maximum power is the board's TDP from NVIDIA's product page or datasheet; the minimum is what NVML reports
+# where a published nvidia-smi -q or Redfish output shows it, else estimated. Locked clocks start at 210 MHz (the
+# lowest graphics clock NVML lists on these boards) and end at the board's maximum boost clock.
+LOWEST_GRAPHICS_CLOCK_MHZ = 210
+_LIMITS = {
+    "NVIDIA A100-SXM4-40GB": (100, 400, 1410, ""),
+    "NVIDIA A100-PCIE-40GB": (150, 250, 1410, "p"),
+    "NVIDIA A800 40GB Active": (150, 240, 1410, "p"),
+    "NVIDIA A100-SXM4-80GB": (100, 400, 1410, "p"),
+    "NVIDIA A100 80GB PCIe": (150, 300, 1410, "p"),
+    "NVIDIA A800-SXM4-80GB": (100, 400, 1410, "p"),
+    "NVIDIA A800 80GB PCIe": (150, 300, 1410, "p"),
+    "NVIDIA A800 80GB PCIe LC": (150, 300, 1410, "p"),
+    "NVIDIA A30": (100, 165, 1440, "p"),
+    "NVIDIA PG506-232": (100, 400, 1410, "pc"),
+    "NVIDIA H100 80GB HBM3": (200, 700, 1980, "c"),
+    "NVIDIA H800": (200, 700, 1980, "pc"),
+    "NVIDIA H100 PCIe": (200, 350, 1755, "pc"),
+    "NVIDIA H800 PCIe": (200, 350, 1755, "pc"),
+    "NVIDIA H100 NVL": (200, 400, 1785, "pc"),
+    "NVIDIA H800 NVL": (200, 400, 1785, "pc"),
+    "NVIDIA H100 96GB HBM3": (200, 700, 1980, "pc"),
+    "NVIDIA GH200 480GB": (200, 900, 1980, "pc"),
+    "NVIDIA GH200 120GB": (200, 900, 1980, "pc"),
+    "NVIDIA H20": (200, 400, 1980, "pc"),
+    "NVIDIA H200": (200, 700, 1980, "pc"),
+    "NVIDIA H200 NVL": (200, 600, 1785, "pc"),
+    "NVIDIA GH200 144G HBM3e": (200, 900, 1980, "pc"),
+    "NVIDIA B200": (200, 1000, 1965, "c"),
+    "NVIDIA GB200": (200, 1200, 1965, "pc"),
+    "NVIDIA B300 SXM6 AC": (200, 1100, 1965, "pc"),
+    "NVIDIA GB300": (200, 1400, 1965, "pc"),
+    "NVIDIA RTX PRO 6000 Blackwell Server Edition": (300, 600, 2617, "pc"),
+    "NVIDIA RTX PRO 6000 Blackwell Workstation Edition": (150, 600, 2617, "pc"),
+    "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition": (150, 300, 2617, "pc"),
+    "NVIDIA L4": (40, 72, 2040, "pc"),
+    "NVIDIA L40S": (100, 350, 2520, "pc"),
+    "Tesla T4": (60, 70, 1590, "pc"),
+}
+
+
+def _with_limits(product: GpuProduct) -> GpuProduct:
+    low, high, clock, estimated = _LIMITS[product.display_name]
+    return replace(
+        product,
+        power_limit_w=(low, high),
+        graphics_clock_mhz=(LOWEST_GRAPHICS_CLOCK_MHZ, clock),
+        power_limit_estimated="p" in estimated,
+        graphics_clock_estimated="c" in estimated,
+    )
+
+
 def _mig(nvml_name, memory, arch, cc, pci_ids, sms, profiles, source, slices=(7, 8)) -> GpuProduct:
     label = gfd_product_name(nvml_name)
-    return GpuProduct(label, nvml_name, memory, arch, cc, pci_ids, sms, True, *slices, profiles, source)
+    return _with_limits(GpuProduct(label, nvml_name, memory, arch, cc, pci_ids, sms, True, *slices, profiles, source))
 
 
 def _whole(nvml_name, memory, arch, cc, pci_ids, sms) -> GpuProduct:
-    return GpuProduct(gfd_product_name(nvml_name), nvml_name, memory, arch, cc, pci_ids, sms, False)
+    return _with_limits(GpuProduct(gfd_product_name(nvml_name), nvml_name, memory, arch, cc, pci_ids, sms, False))
 
 
 _AMPERE, _HOPPER, _BLACKWELL = ("ampere", (8, 0)), ("hopper", (9, 0)), ("blackwell", (10, 0))

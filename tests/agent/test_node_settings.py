@@ -191,7 +191,7 @@ def test_one_clock_bound_keeps_the_gpus_own_other_bound(nvml_backend):
     [
         (GpuSettings(gpu_clock_min_mhz=1200, gpu_clock_max_mhz=2500), "locked clocks 1200-2500 MHz are outside this"),
         (GpuSettings(gpu_clock_min_mhz=1800, gpu_clock_max_mhz=1200), "the minimum is above the maximum"),
-        (GpuSettings(power_limit_w=900), "GPU 0, 1: power limit 900 W is outside this GPU's 210-700 W"),
+        (GpuSettings(power_limit_w=900), "GPU 0, 1: power limit 900 W is outside this GPU's 200-700 W"),
         (GpuSettings(power_limit_w=100), "power limit 100 W is outside"),
     ],
 )

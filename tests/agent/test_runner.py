@@ -434,7 +434,7 @@ def test_the_policys_mps_limits_go_to_the_mps_daemon(fake_server, make_agent, ma
             DesiredConfig(
                 "c", 1, mig=mig_settings(BALANCED), node_settings=NodeSettings(GpuSettings(power_limit_w=5000))
             ),
-            "GPU 0, 1: power limit 5000 W is outside this GPU's 210-700 W",
+            "GPU 0, 1: power limit 5000 W is outside this GPU's 200-700 W",
         ),
     ],
 )

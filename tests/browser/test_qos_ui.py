@@ -195,3 +195,23 @@ def test_join_token_is_shown_once_with_the_commands(page, live_server, fleet):
     page.get_by_role("button", name="Revoke rack-b12 DaemonSet").click()
     expect(page.locator(".messages")).to_contain_text("Join token rack-b12 DaemonSet revoked")
     assert AgentJoinToken.objects.get().revoked_at is not None
+
+
+def test_a_power_limit_off_the_pools_boards_is_refused_beside_its_field_with_the_range(page, live_server, fleet):
+    actor = Actor.system("test")
+    policy = sharing_services.qos_policy_create(actor=actor, name="tuned", power_limit_w=600)
+    sharing_services.pool_set_qos_policy(actor=actor, pool=fleet["inference"], policy=policy)
+    sign_in(page, live_server, "ui-admin", f"/qos/{policy.pk}/edit/")
+    message = "Power limit 5000 W is outside 200–700 W for H100 80GB HBM3 (pool inference)."
+    page.get_by_label("Power limit").fill("5000")
+    expect(page.locator("#err-power_limit_w")).to_have_text(message)  # live, as typed
+    page.get_by_role("button", name="Save changes").click()
+    expect(page.locator("#err-power_limit_w")).to_have_text(message)  # and on saving: refused
+    policy.refresh_from_db()
+    assert policy.power_limit_w == 600
+    page.get_by_label("Power limit").fill("650")
+    expect(page.locator("#err-power_limit_w")).to_have_text("")
+    page.get_by_role("button", name="Save changes").click()
+    expect(page.get_by_role("heading", name="tuned", level=1)).to_be_visible()
+    policy.refresh_from_db()
+    assert policy.power_limit_w == 650

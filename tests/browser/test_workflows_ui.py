@@ -2,6 +2,7 @@
 its week timeline, and a rollout page that follows the rollout without reloading."""
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group
@@ -10,6 +11,7 @@ from playwright.sync_api import expect
 
 from core.audit import Actor
 from core.models import AuditEvent
+from scheduling.models import Schedule
 from sharing import services as sharing_services
 from sharing.models import PoolSharing
 from tests.factories import ClusterFactory, GpuFactory, NodeFactory, NodePoolFactory, PodFactory, UserFactory
@@ -25,6 +27,7 @@ SCREENSHOTS = {
     "profile": "/tmp/tessera-profile.png",
     "schedule": "/tmp/tessera-schedule.png",
     "schedule_editor": "/tmp/tessera-schedule-editor.png",
+    "schedule_impact": "/tmp/tessera-schedule-impact.png",
     "rollout": "/tmp/tessera-rollout.png",
     "node": "/tmp/tessera-node-desired.png",
     "audit": "/tmp/tessera-audit.png",
@@ -127,6 +130,9 @@ def test_day_night_schedule_from_the_preset_shows_the_week(page, live_server, fl
     expect(page.get_by_label("Mon")).to_be_checked()
     expect(page.get_by_label("Sat")).not_to_be_checked()
     page.get_by_role("button", name="Create schedule").click()
+    expect(page.locator("#save-impact")).to_be_visible()  # the impact first; nothing saved yet
+    assert not Schedule.objects.exists()
+    page.get_by_role("button", name="Confirm and create").click()
 
     expect(page.get_by_role("heading", name="inference day/night", level=1)).to_be_visible()
     timeline = page.locator("figure.timeline svg")
@@ -147,6 +153,47 @@ def test_day_night_schedule_from_the_preset_shows_the_week(page, live_server, fl
     expect(page.locator('#timeline-preview rect.tl-seg[data-profile="mig-1g-x7"]')).to_have_count(6)
     assert page.evaluate("window.tesseraMarker") == "same page"
     page.screenshot(path=SCREENSHOTS["schedule_editor"], full_page=True)
+
+
+def test_saving_a_preset_shows_its_impact_and_asks_to_confirm(page, live_server, fleet):
+    actor = Actor.system("test")
+    sharing_services.profile_create(
+        actor=actor, name="mig-1g-x7", mode="mig", target_products=[H100], mig_layouts={"all": {"1g.10gb": 7}}
+    )
+    sharing_services.profile_create(actor=actor, name="whole-gpus", mode="passthrough", target_products=[H100])
+    now = timezone.now()  # a day window running now (UTC), ending in two hours, every day
+    sign_in(page, live_server, "ui-admin", "/schedules/day-night/")
+    page.get_by_label("Pool").select_option(label="prod-east / inference")
+    page.get_by_label("Day profile").select_option(label="mig-1g-x7")
+    page.get_by_label("Night profile").select_option(label="whole-gpus")
+    page.get_by_label("Time zone").fill("UTC")
+    page.get_by_label("Day starts").fill(f"{now - timedelta(hours=1):%H:%M}")
+    page.get_by_label("Day ends").fill(f"{now + timedelta(hours=2):%H:%M}")
+    for day in ("Sat", "Sun"):
+        page.get_by_label(day).check()
+    page.get_by_role("button", name="Create schedule").click()
+
+    impact = page.locator("#save-impact")
+    expect(impact).to_be_visible()
+    at_once = impact.locator('[data-when="now"]')
+    expect(at_once).to_contain_text("At once, when saved: mig-1g-x7")
+    expect(at_once.locator(".impact-counts")).to_contain_text("2 of 2 nodes change")
+    expect(at_once.locator(".impact-counts")).to_contain_text("4 GPU resets on 2 nodes")
+    expect(at_once.locator(".impact-counts")).to_contain_text("1 pod loses its GPU slice")
+    expect(at_once.locator("table")).to_contain_text("ml/llama-serve-0")
+    expect(impact.locator('[data-when="transition"]')).to_contain_text("Next switch")
+    expect(impact.locator('[data-when="transition"]')).to_contain_text("whole-gpus")
+    page.screenshot(path=SCREENSHOTS["schedule_impact"], full_page=True)
+    assert not Schedule.objects.exists() and not Rollout.objects.exists()
+
+    # A change after the preview is previewed again, not saved.
+    page.get_by_label("Wait up to (minutes)").fill("10")
+    page.get_by_role("button", name="Confirm and create").click()
+    expect(page.locator("#save-impact")).to_be_visible()
+    assert not Schedule.objects.exists()
+    page.get_by_role("button", name="Confirm and create").click()
+    expect(page.get_by_role("heading", name="inference day/night", level=1)).to_be_visible()
+    assert Schedule.objects.get().wait_minutes == 10
 
 
 def test_rollout_page_follows_progress_without_reloading(page, live_server, fleet):

@@ -258,6 +258,16 @@ def test_next_impact_says_when_the_clusters_mig_strategy_now_refuses_the_profile
 
 # --- editor ----------------------------------------------------------------------------------------------------
 
+
+def confirmed(client, url, data):
+    """Save as a person does: the impact first (nothing written), then "Confirm and save" with what was previewed."""
+    count = Schedule.objects.count()
+    preview = client.post(url, data)
+    assert preview.status_code == 200 and b'id="save-impact"' in preview.content
+    assert Schedule.objects.count() == count
+    return client.post(url, {**data, "action": "save", "previewed": preview.context["previewed"]})
+
+
 WEEKDAY_WINDOW = {"name": "day", "weekdays": ["0", "1", "2", "3", "4"], "start": "08:00", "end": "20:00"}
 
 
@@ -269,7 +279,7 @@ def test_create_with_windows_and_exceptions(client, admin_user, pool, profiles):
         [{"date": "2026-12-25", "note": "Christmas"}],
         baseline_profile=whole.pk,
     )
-    response = login(client, admin_user).post(reverse("scheduling:schedule_create"), data)
+    response = confirmed(login(client, admin_user), reverse("scheduling:schedule_create"), data)
     schedule = Schedule.objects.get()
     assert response.status_code == 302 and response["Location"] == schedule.get_absolute_url()
     (window,) = schedule.windows.all()
@@ -333,7 +343,7 @@ def test_edit_keeps_the_pool_and_replaces_windows(client, admin_user, actor, poo
     assert 'value="08:00"' in html and 'value="20:00"' in html and "disabled" in html
     windows = [{"name": "late", "weekdays": ["5", "6"], "start": "22:00", "end": "06:00", "profile": mig.pk}]
     data = editor_data(NodePoolFactory(), windows, name="weekend nights", baseline_profile=whole.pk)
-    response = client.post(reverse("scheduling:schedule_update", args=[schedule.pk]), data)
+    response = confirmed(client, reverse("scheduling:schedule_update", args=[schedule.pk]), data)
     assert response.status_code == 302
     schedule.refresh_from_db()
     assert (schedule.name, schedule.pool, schedule.windows.get().name) == ("weekend nights", pool, "late")
@@ -371,7 +381,7 @@ def test_day_night_preset_creates_a_plain_schedule(client, admin_user, pool, pro
         "busy_policy": "drain",
         "wait_minutes": "15",
     }
-    response = login(client, admin_user).post(reverse("scheduling:schedule_daynight"), data)
+    response = confirmed(login(client, admin_user), reverse("scheduling:schedule_daynight"), data)
     schedule = Schedule.objects.get()
     assert response["Location"] == schedule.get_absolute_url()
     assert (schedule.name, schedule.baseline_profile, schedule.busy_policy, schedule.wait_minutes) == (

@@ -104,7 +104,9 @@ def test_preview_assign_and_pin(admin_api, operator_api, viewer_api):
     by_nodes = viewer_api.post(f"/api/v1/profiles/{pk}/preview/", {"nodes": [node.pk]}, format="json")
     assert by_nodes.json()["summary"]["nodes"] == 1
     neither = viewer_api.post(f"/api/v1/profiles/{pk}/preview/", {}, format="json")
-    assert neither.status_code == 400 and neither.json()["message"] == "Give either a pool or a list of nodes."
+    assert neither.status_code == 400 and neither.json()["errors"] == {
+        "pool": ["Give either a pool or a list of nodes."]
+    }
 
     assert viewer_api.post(f"/api/v1/profiles/{pk}/assign/", {"pool": pool.pk}, format="json").status_code == 403
     assert operator_api.post(f"/api/v1/profiles/{pk}/assign/", {"pool": pool.pk}, format="json").status_code == 200

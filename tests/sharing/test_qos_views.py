@@ -443,7 +443,7 @@ def test_update_refused_when_it_contradicts_a_profile_it_runs_with(client, admin
     data = editor_data(name="loose", requires_memory_isolation="on")
     response = login(client, admin_user).post(reverse("console:qos_update", args=[loose.pk]), data)
     html = response.content.decode()
-    assert response.status_code == 400 and TIME_SLICING_ERROR in slot(html, "__all__")
+    assert response.status_code == 400 and TIME_SLICING_ERROR in slot(html, "requires_memory_isolation")
     loose.refresh_from_db()
     assert loose.requires_memory_isolation is False
 

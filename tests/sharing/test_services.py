@@ -203,7 +203,7 @@ def test_a_schedule_window_the_clusters_strategy_cannot_run_is_refused(actor):
     windows = [{"name": "day", "weekdays": [0], "start": time(8), "end": time(18), "profile": mps}]
     with pytest.raises(ApplicationError) as err:
         schedule_services.schedule_create(actor=actor, pool=pool, name="s", time_zone="UTC", windows=windows)
-    assert "spec.mig.strategy=mixed" in err.value.message and err.value.errors["profile"]
+    assert "spec.mig.strategy=mixed" in err.value.message and err.value.errors["windows[0].profile"]
 
 
 def test_an_imported_profile_forgets_its_config_names_when_its_meaning_changes(actor):

@@ -34,7 +34,8 @@ def test_operator_starts_follows_and_steers_a_rollout(pool, operator_api, viewer
     assert viewer_api.post("/api/v1/rollouts/", body, format="json").status_code == 403
     response = operator_api.post("/api/v1/rollouts/", body, format="json")
     assert response.status_code == 201, response.json()
-    (created,) = response.json()
+    created = response.json()
+    assert response["Location"] == created["url"] and created["url"].endswith(f"/api/v1/rollouts/{created['id']}/")
     assert created["progress"]["total"] == 4 and created["busy_policy"] == "drain"
 
     with django_assert_max_num_queries(6):

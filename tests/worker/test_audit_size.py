@@ -58,7 +58,8 @@ def _roll_out_to_pool(nodes: int, admin_user) -> list[AuditEvent]:
         actor=actor, name="mig-7", mode="mig", target_products=[H100], mig_layouts={"all": {"1g.10gb": 7}}
     )
     first = AuditEvent.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
-    _, (rollout_id,) = rollouts.pool_assign_and_roll_out(actor=actor, pool=pool, profile=profile, strategy=STRATEGY)
+    _, rollout = rollouts.pool_assign_and_roll_out(actor=actor, pool=pool, profile=profile, strategy=STRATEGY)
+    rollout_id = rollout.pk
     rollout = rollouts.Rollout.objects.get(pk=rollout_id)
     while rollout.status == RolloutStatus.RUNNING:
         services.node_changes_step(services.rollout_advance(rollout_id))

@@ -1,10 +1,13 @@
 """Rollouts and node changes as JSON, with progress; input for starting one."""
 
+from functools import partial
+
 from rest_framework import serializers
 
 from core.api.fields import RefField
 from fleet.models import Node, NodePool
-from sharing.choices import BusyPolicy
+from scheduling.api.serializers import AssignRequestSerializer
+from sharing.strategy import STRATEGY_FIELDS, StrategyField, strategy_default
 from worker.models import AdmissionPolicyState, NodeChange, Rollout
 from worker.selectors import rollout_progress
 
@@ -54,22 +57,45 @@ class RolloutDetailSerializer(RolloutSerializer):
         fields = [*RolloutSerializer.Meta.fields, "changes"]
 
 
-class RolloutStartSerializer(serializers.Serializer):
+def _strategy_field(field: StrategyField) -> serializers.Field:
+    """An API field of the rollout strategy, bounds and default as the UI form's (sharing.strategy)."""
+    common = {"default": partial(strategy_default, field.name), "help_text": f"{field.label}: {field.help_text}"}
+    if field.choices:
+        return serializers.ChoiceField(choices=field.choices, **common)
+    return serializers.IntegerField(min_value=field.min_value, max_value=field.max_value, **common)
+
+
+# Built from the shared field list; defaults are TESSERA["ROLLOUT_DEFAULTS"], read per request.
+RolloutStrategySerializer = type(
+    "RolloutStrategySerializer",
+    (serializers.Serializer,),
+    {
+        "__doc__": "How a rollout proceeds; every field defaults to TESSERA_ROLLOUT_* (as in the UI).",
+        **{field.name: _strategy_field(field) for field in STRATEGY_FIELDS},
+    },
+)
+
+
+class RolloutStartSerializer(RolloutStrategySerializer):
     """Roll the drifted nodes of a pool (or the given nodes) to their desired state with this strategy."""
 
     pool = serializers.PrimaryKeyRelatedField(queryset=NodePool.objects.all(), required=False)
     nodes = serializers.PrimaryKeyRelatedField(queryset=Node.objects.all(), many=True, required=False)
-    batch_size = serializers.IntegerField(min_value=1, default=10)
-    canary_count = serializers.IntegerField(min_value=0, default=1)
-    max_failures = serializers.IntegerField(min_value=1, default=1)
-    busy_policy = serializers.ChoiceField(choices=BusyPolicy.choices, default=BusyPolicy.WAIT)
-    wait_minutes = serializers.IntegerField(min_value=0, max_value=24 * 60, default=30)
-    verify_timeout_seconds = serializers.IntegerField(min_value=10, max_value=24 * 3600, default=600)
 
     def validate(self, attrs):
         if bool(attrs.get("pool")) == bool(attrs.get("nodes")):
-            raise serializers.ValidationError("Give either a pool or a list of nodes.")
+            raise serializers.ValidationError({"pool": ["Give either a pool or a list of nodes."]})
         return attrs
+
+
+class ProfileAssignSerializer(AssignRequestSerializer):
+    """Assign a profile to a pool as `mode` says; with `rollout`, also roll it out now with that strategy."""
+
+    rollout = RolloutStrategySerializer(
+        required=False,
+        help_text="Start a rollout with this strategy in the same transaction ({} for the defaults); without it, "
+        "the reconcile loop rolls the change out with its defaults.",
+    )
 
 
 class AdmissionPolicyStateSerializer(serializers.ModelSerializer):

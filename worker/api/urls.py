@@ -12,5 +12,6 @@ router.register("admission-policies", views.AdmissionPolicyStateViewSet)
 
 urlpatterns = [
     *router.urls,
+    path("profiles/<int:pk>/assign/", views.ProfileAssignView.as_view(), name="sharingprofile-assign"),
     path("clusters/<int:pk>/nvidia-import/", views.ClusterConfigImportView.as_view(), name="cluster-nvidia-import"),
 ]

@@ -12,6 +12,9 @@ from rest_framework.views import APIView
 from core.audit import Actor
 from core.roles import Role
 from fleet.models import Cluster, Node
+from scheduling.api import serializers as scheduling_serializers
+from sharing.api.serializers import SharingProfileSerializer
+from sharing.models import SharingProfile
 from worker import config_import, rollouts
 from worker.admission import admission_state_forget, admission_states
 from worker.api import serializers
@@ -39,17 +42,16 @@ class RolloutViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             return serializers.RolloutStartSerializer
         return serializers.RolloutDetailSerializer if self.action == "retrieve" else serializers.RolloutSerializer
 
-    @extend_schema(request=serializers.RolloutStartSerializer, responses=serializers.RolloutSerializer(many=True))
+    @extend_schema(request=serializers.RolloutStartSerializer, responses={201: serializers.RolloutSerializer})
     def create(self, request, *args, **kwargs):
+        """Start one rollout of the scope's drifted nodes; 201 with the rollout and its `Location`."""
         body = serializers.RolloutStartSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = dict(body.validated_data)
         pool, nodes = data.pop("pool", None), data.pop("nodes", None)
         scope = pool.nodes.all() if pool else Node.objects.filter(pk__in=[n.pk for n in nodes])
-        ids = rollouts.rollout_start(actor=Actor.from_request(request), nodes=scope, **data)
-        started = Rollout.objects.filter(pk__in=ids).select_related("pool", "profile").with_progress()
-        output = serializers.RolloutSerializer(started, many=True, context=self.get_serializer_context())
-        return Response(output.data, status=status.HTTP_201_CREATED)
+        rollout = rollouts.rollout_start(actor=Actor.from_request(request), nodes=scope, **data)
+        return _created(rollout, self.get_serializer_context())
 
     def _steer(self, request, service):
         rollout = service(actor=Actor.from_request(request), rollout=self.get_object())
@@ -71,6 +73,46 @@ class RolloutViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def cancel(self, request, pk=None):
         """Cancel nodes not yet applying; nodes mid-apply finish and are verified."""
         return self._steer(request, rollouts.rollout_cancel)
+
+
+def _created(rollout: Rollout, context: dict) -> Response:
+    """201 with the rollout as GET /rollouts/<id>/ lists it, and its URL in `Location`."""
+    rollout = Rollout.objects.select_related("pool", "profile").with_progress().get(pk=rollout.pk)
+    data = serializers.RolloutSerializer(rollout, context=context).data
+    return Response(data, status=status.HTTP_201_CREATED, headers={"Location": data["url"]})
+
+
+class ProfileAssignView(APIView):
+    """POST /profiles/<id>/assign/: assign the profile to a pool as `mode` says (operators; `window` needs an
+    admin). With `rollout`, the rollout starts with that strategy in the same transaction, so the reconcile pass
+    the assignment triggers finds the nodes changing already (no race, no 400 "Nothing to roll out" for a
+    POST /rollouts/ sent just after)."""
+
+    write_role = Role.OPERATOR
+
+    @extend_schema(
+        request=serializers.ProfileAssignSerializer,
+        responses={200: scheduling_serializers.AssignResponseSerializer, 201: serializers.RolloutSerializer},
+        description="200 with the profile and `assignment` (what happened, when the profile applies) without "
+        "`rollout`; 201 with the rollout (and `Location`) with it.",
+    )
+    def post(self, request, pk):
+        profile = get_object_or_404(SharingProfile, pk=pk)
+        body = serializers.ProfileAssignSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        assignment, rollout = rollouts.pool_assign_and_roll_out(
+            actor=Actor.from_request(request),
+            pool=body.validated_data["pool"],
+            profile=profile,
+            strategy=body.validated_data.get("rollout"),
+            mode=body.validated_data["mode"],
+        )
+        context = {"request": request}
+        if rollout is not None:
+            return _created(rollout, context)
+        data = SharingProfileSerializer(profile, context=context).data
+        data["assignment"] = scheduling_serializers.AssignmentSerializer(assignment, context=context).data
+        return Response(data)
 
 
 class NodeChangeViewSet(viewsets.ReadOnlyModelViewSet):
