@@ -382,7 +382,7 @@ class ScheduleChange:
 
     @property
     def summary(self) -> dict:
-        return {**preview_summary(list(self.impacts)), "gpu_resets": sum(len(i.reset_gpus) for i in self.impacts)}
+        return preview_summary(list(self.impacts))
 
 
 def schedule_impact(schedule: Schedule, window_rows: list[dict], exception_rows: list[dict], *, now=None) -> list:

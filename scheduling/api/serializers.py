@@ -18,10 +18,6 @@ DRY_RUN_HELP = (
 )
 
 
-class ScheduleChangeSummarySerializer(sharing_serializers.PreviewSummarySerializer):
-    gpu_resets = serializers.IntegerField(help_text="GPUs whose MIG mode changes (each one resets)")
-
-
 class ScheduleWindowSerializer(serializers.ModelSerializer):
     profile = RefField("sharingprofile-detail", queryset=SharingProfile.objects.all())
     qos_policy = RefField("qospolicy-detail", queryset=QoSPolicy.objects.all(), allow_null=True, required=False)
@@ -106,7 +102,7 @@ class ScheduleChangeSerializer(serializers.Serializer):
     profile = RefField("sharingprofile-detail", read_only=True)
     qos_policy = RefField("qospolicy-detail", read_only=True)
     refused = serializers.CharField(help_text="why the profile cannot run there at all ('' otherwise)")
-    summary = ScheduleChangeSummarySerializer()
+    summary = sharing_serializers.PreviewSummarySerializer()
     nodes = sharing_serializers.NodeImpactSerializer(source="impacts", many=True)
 
 

@@ -93,7 +93,7 @@ def test_day_night_dry_run_answers_the_impact_and_writes_nothing(admin_api, pool
         "refused": 0,
         "resetting": 3,
         "pods_losing": 1,
-        "gpu_resets": 6,
+        "gpus_resetting": 6,
     }
     losing = [n for n in at_once["nodes"] if n["pods_losing"]]
     assert [(n["node"]["name"], n["pods_losing"][0]["name"], n["reset_gpus"]) for n in losing] == [
