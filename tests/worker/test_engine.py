@@ -5,6 +5,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.audit import Actor
@@ -17,8 +18,8 @@ from sharing import services as sharing_services
 from tests.factories import ClusterFactory, NodePoolFactory
 from worker import reconcile, rollouts, services
 from worker.choices import ChangeStatus, RolloutStatus
-from worker.models import NodeChange, Rollout
-from worker.selectors import PlannedChange
+from worker.models import NodeChange, NodeDrift, NodeRetry, Rollout
+from worker.selectors import PlannedChange, rollout_progress
 
 pytestmark = pytest.mark.django_db
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -144,25 +145,126 @@ def test_duplicate_steps_and_advances_do_nothing_twice(fleet):
     assert NodeChange.objects.filter(attempts=1).count() == 5
 
 
-def test_mig_manager_failure_rolls_back_and_loop_does_not_retry_forever(fleet):
-    cluster, _, _ = fleet
-    (rollout_id,) = reconcile.reconcile()
-    Rollout.objects.filter(pk=rollout_id).update(canary_count=1, max_failures=1)
+def _fail_canary(cluster, rollout_id):
+    """Start the rollout's canary and have its agent report MIG Manager failing; returns the canary's change."""
     (canary,) = services.rollout_advance(rollout_id)
     services.node_changes_step([canary])
     change = NodeChange.objects.select_related("node").get(pk=canary)
     _report_applied(cluster, change, state="failed")
     services.node_changes_step([canary])
     change.refresh_from_db()
+    return change
+
+
+def test_mig_manager_failure_rolls_back_and_loop_retries_after_a_growing_back_off(fleet, settings):
+    settings.TESSERA = {**settings.TESSERA, "RETRY_BACKOFF_SECONDS": 60, "RETRY_BACKOFF_MAX_SECONDS": 200}
+    cluster, _, _ = fleet
+    (rollout_id,) = reconcile.reconcile()
+    Rollout.objects.filter(pk=rollout_id).update(canary_count=1, max_failures=1)
+    change = _fail_canary(cluster, rollout_id)
     assert change.status == ChangeStatus.ROLLED_BACK
     assert "MIG Manager reported failed" in change.error
     services.rollout_advance(rollout_id)
     rollout = Rollout.objects.get(pk=rollout_id)
     assert rollout.status == RolloutStatus.FAILED
     assert rollout.changes.filter(status="cancelled").count() == 4
-    # The failed node is left for a human; the others are planned again.
-    again = reconcile.reconcile()
-    assert NodeChange.objects.filter(rollout_id__in=again).count() == 4
+    retry = NodeRetry.objects.get(node=change.node)
+    assert (retry.failures, retry.config_id) == (1, change.to_config["config_id"])
+    assert 59 <= (retry.next_retry_at - change.finished_at).total_seconds() <= 61
+    # The other nodes are held back with it, not started at once toward the config that just failed.
+    held = NodeRetry.objects.exclude(node=change.node)
+    assert held.count() == 4 and {r.failures for r in held} == {0}
+    assert {r.next_retry_at for r in held} == {retry.next_retry_at}
+    assert reconcile.reconcile() == []
+    assert dict(NodeDrift.objects.values_list("node__name", "reason")) == {
+        "n0": "failed", "n1": "held", "n2": "held", "n3": "held", "n4": "held"
+    }  # fmt: skip
+
+    # After the back-off, one rollout tries every node again, canary first; a second failure waits twice as long.
+    (again,) = reconcile.reconcile(at=retry.next_retry_at + timedelta(seconds=1))
+    assert Rollout.objects.get(pk=again).changes.count() == 5
+    Rollout.objects.filter(pk=again).update(canary_count=1, max_failures=1)
+    second = _fail_canary(cluster, again)
+    assert second.node_id == change.node_id
+    retry.refresh_from_db()
+    assert retry.failures == 2
+    assert 119 <= (retry.next_retry_at - second.finished_at).total_seconds() <= 121
+    assert services.backoff_seconds(3) == 200  # capped
+
+
+def test_a_failed_canary_fails_the_rollout_at_once_below_max_failures(fleet):
+    """Issue 17: with max_failures 2 a failed canary left the rollout "Running 1/5 20 %" forever, the rest queued."""
+    cluster, _, _ = fleet
+    (rollout_id,) = reconcile.reconcile()
+    Rollout.objects.filter(pk=rollout_id).update(canary_count=1, max_failures=2)
+    canary = _fail_canary(cluster, rollout_id)
+    services.rollout_advance(rollout_id)
+    rollout = Rollout.objects.with_progress().get(pk=rollout_id)
+    assert rollout.status == RolloutStatus.FAILED
+    assert rollout_progress(rollout)["percent"] == 100
+    assert set(rollout.changes.exclude(pk=canary.pk).values_list("status", flat=True)) == {"cancelled"}
+    event = AuditEvent.objects.get(action="rollout.failed", object_id=str(rollout_id))
+    assert event.message.startswith(f"canary {canary.node.name} failed: MIG Manager reported failed")
+
+
+def test_a_failed_canary_pauses_the_rollout_when_its_strategy_says_so(fleet, admin_user):
+    cluster, _, _ = fleet
+    (rollout_id,) = reconcile.reconcile()
+    Rollout.objects.filter(pk=rollout_id).update(canary_count=1, max_failures=2, on_failure="pause")
+    canary = _fail_canary(cluster, rollout_id)
+    services.rollout_advance(rollout_id)
+    rollout = Rollout.objects.get(pk=rollout_id)
+    assert rollout.status == RolloutStatus.PAUSED
+    assert rollout.changes.filter(status="queued").count() == 4
+    assert reconcile.reconcile() == []  # the paused rollout keeps its nodes; the failed one backs off
+    # Resuming accepts the failure: the next node is the canary, then the rest go.
+    rollouts.rollout_resume(actor=Actor.for_user(admin_user), rollout=rollout)
+    assert Rollout.objects.get(pk=rollout_id).accepted_failures == 1
+    assert len(services.rollout_advance(rollout_id)) == 1
+    rollout = _run(rollout, cluster)
+    assert rollout.status == RolloutStatus.FAILED  # one node never got its config
+    statuses = dict(rollout.changes.values_list("node__name", "status"))
+    assert statuses.pop(canary.node.name) == ChangeStatus.ROLLED_BACK
+    assert set(statuses.values()) == {"succeeded"}
+    assert set(NodeRetry.objects.values_list("node__name", flat=True)) == {canary.node.name}
+
+
+def test_a_skipped_canary_hands_the_canary_role_to_the_next_node(fleet):
+    (rollout_id,) = reconcile.reconcile()
+    Rollout.objects.filter(pk=rollout_id).update(canary_count=1, batch_size=5)
+    (first,) = services.rollout_advance(rollout_id)
+    services._claim(list(NodeChange.objects.filter(pk=first).select_related("node")), "waiting_for_idle", "skipped")
+    (second,) = services.rollout_advance(rollout_id)  # alone: a skipped node proved nothing
+    assert second != first
+
+
+def test_an_agent_node_with_qos_settings_that_failed_is_not_restarted_every_pass(fleet, admin_user):
+    """Issue 17: the loop compared the failure with the profile's config id, the change carried the one with the QoS
+    settings: every pass started a one-node rollout for the node that had just failed."""
+    cluster, pool, _ = fleet
+    actor = Actor.for_user(admin_user)
+    policy = sharing_services.qos_policy_create(actor=actor, name="training", transparent_hugepages="always")
+    sharing_services.pool_set_qos_policy(actor=actor, pool=pool, policy=policy)
+    (rollout_id,) = reconcile.reconcile()
+    Rollout.objects.filter(pk=rollout_id).update(canary_count=1, max_failures=1)
+    _fail_canary(cluster, rollout_id)
+    services.rollout_advance(rollout_id)
+    assert reconcile.reconcile() == []
+    assert reconcile.reconcile() == []
+
+
+def test_retry_now_ends_the_back_off_and_is_audited(fleet, operator):
+    cluster, _, _ = fleet
+    (rollout_id,) = reconcile.reconcile()
+    Rollout.objects.filter(pk=rollout_id).update(canary_count=1, max_failures=1)
+    canary = _fail_canary(cluster, rollout_id)
+    services.rollout_advance(rollout_id)
+    assert rollouts.retry_now(actor=Actor.for_user(operator), nodes=[canary.node]) == 1
+    (again,) = reconcile.reconcile()
+    assert list(NodeChange.objects.filter(rollout_id=again).values_list("node_id", flat=True)) == [canary.node_id]
+    event = AuditEvent.objects.get(action="node.retry_now")
+    assert (event.actor_label, event.object_id) == ("operator", str(canary.node_id))
+    assert rollouts.retry_now(actor=Actor.for_user(operator), nodes=[canary.node]) == 0  # nothing waits now
 
 
 def test_an_agents_earlier_failure_is_not_read_as_the_new_change_failing(fleet):
@@ -234,6 +336,10 @@ def test_one_active_change_per_node_is_a_database_rule(fleet):
             title="again",
             changes=[PlannedChange(change.node, change.to_config)],
         )
+    # Past the service's check (two passes racing), the partial unique index refuses the second active change.
+    other = Rollout.objects.create(title="racing pass", trigger="reconcile", actor_label="reconcile")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        NodeChange.objects.create(rollout=other, node=change.node, position=0, to_config=change.to_config)
 
 
 def test_stale_and_not_ready_nodes_are_not_planned(fleet):
