@@ -2,7 +2,7 @@
 verification, retries under a new name, failures, rollback, pause/resume/cancel, duplicate steps."""
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import IntegrityError, transaction
@@ -14,6 +14,7 @@ from core.models import AuditEvent
 from fleet import services as fleet_services
 from fleet.models import Node
 from fleet.observations import GpuObservation, NodeObservation
+from scheduling import services as scheduling_services
 from sharing import services as sharing_services
 from tests.factories import ClusterFactory, NodePoolFactory
 from worker import reconcile, rollouts, services
@@ -371,3 +372,66 @@ def test_qos_node_settings_reach_agent_nodes_and_drive_drift(fleet, admin_user):
         to["config_id"] != plain_id
         and to["mig_config"] == NodeChange.objects.filter(rollout_id=first).first().to_config["mig_config"]
     )
+
+
+def _whole(actor):
+    return sharing_services.profile_create(actor=actor, name="whole", mode="passthrough", target_products=[H100])
+
+
+def test_a_new_pool_default_supersedes_the_rollout_toward_the_old_one(fleet, admin_user):
+    cluster, pool, _ = fleet
+    actor = Actor.for_user(admin_user)
+    (old_id,) = reconcile.reconcile()
+    Rollout.objects.filter(pk=old_id).update(canary_count=1)
+    (canary,) = services.rollout_advance(old_id)
+    services.node_changes_step([canary])  # mid-apply: verifying
+    sharing_services.pool_set_profile(actor=actor, pool=pool, profile=_whole(actor))
+
+    (new_id,) = reconcile.reconcile()
+    old = Rollout.objects.get(pk=old_id)
+    assert (old.status, old.superseded_by_id) == (RolloutStatus.SUPERSEDED, new_id)
+    assert old.finished_at is not None
+    statuses = dict(old.changes.values_list("pk", "status"))
+    assert statuses.pop(canary) == ChangeStatus.VERIFYING  # finishes and is verified, then follows the new state
+    assert set(statuses.values()) == {"cancelled"}
+    event = AuditEvent.objects.get(action="rollout.superseded", object_id=str(old_id))
+    assert event.message == "superseded: pool " + pool.name + "'s default profile is now whole by " + "admin"
+    assert (
+        AuditEvent.objects.get(action="rollout.superseded_by").message
+        == f"rollout #{new_id} took over 4 of its node(s)"
+    )
+    assert NodeChange.objects.filter(rollout_id=new_id).count() == 4
+    assert "superseded" in old.changes.filter(status="cancelled").first().error
+
+    _run(old, cluster)  # the canary's config verifies; the loop then rolls it to the new default
+    assert NodeChange.objects.get(pk=canary).status == ChangeStatus.SUCCEEDED
+    (follow,) = reconcile.reconcile()
+    assert NodeChange.objects.get(rollout_id=follow).node_id == NodeChange.objects.get(pk=canary).node_id
+
+
+def test_a_pin_supersedes_only_its_nodes_change(fleet, admin_user):
+    _, _, _ = fleet
+    actor = Actor.for_user(admin_user)
+    (old_id,) = reconcile.reconcile()
+    node = Node.objects.get(name="n3")
+    sharing_services.node_pin_profile(actor=actor, node=node, profile=_whole(actor))
+    (new_id,) = reconcile.reconcile()
+    old = Rollout.objects.get(pk=old_id)
+    assert old.status == RolloutStatus.RUNNING  # four nodes still want its config
+    change = old.changes.get(node=node)
+    assert (change.status, change.error) == ("cancelled", "superseded: n3 pinned to whole by admin")
+    assert list(NodeChange.objects.filter(rollout_id=new_id).values_list("node__name", flat=True)) == ["n3"]
+
+
+def test_a_schedule_window_supersedes_the_rollout_of_the_window_before(fleet, admin_user):
+    _, pool, profile = fleet
+    actor = Actor.for_user(admin_user)
+    scheduling_services.schedule_create_day_night(
+        actor=actor, pool=pool, day_profile=profile, night_profile=_whole(actor), time_zone="UTC", name="dn"
+    )
+    (day_id,) = reconcile.reconcile(at=datetime(2026, 3, 27, 19, 59, tzinfo=UTC))  # a Friday, 19:59
+    (night_id,) = reconcile.reconcile(at=datetime(2026, 3, 27, 20, 0, tzinfo=UTC))
+    day = Rollout.objects.get(pk=day_id)
+    assert (day.status, day.superseded_by_id) == (RolloutStatus.SUPERSEDED, night_id)
+    event = AuditEvent.objects.get(action="rollout.superseded")
+    assert event.message == f"superseded: schedule dn now gives pool {pool.name} whole"
