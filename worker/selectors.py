@@ -6,14 +6,21 @@ The plan is shared by the reconcile loop and by an operator's explicit rollout (
 from collections import defaultdict
 from dataclasses import dataclass
 
-from django.db.models import Count
+from django.db.models import Count, Exists, Min, OuterRef, Q, Value
 from django.utils import timezone
 
 from fleet.models import Node, NodePool
+from fleet.selectors import pending_deadline
 from scheduling.selectors import DesiredVsObserved, desired_vs_observed
 from sharing.spec import allocatable
-from worker.choices import ACTIVE_CHANGE_STATUSES, TERMINAL_CHANGE_STATUSES, ChangeStatus
-from worker.models import NodeChange, NodeRetry, Rollout
+from worker.choices import (
+    ACTIVE_CHANGE_STATUSES,
+    IN_FLIGHT_STATUSES,
+    TERMINAL_CHANGE_STATUSES,
+    ChangeStatus,
+    RolloutStatus,
+)
+from worker.models import NodeChange, NodeDrift, NodeRetry, Rollout
 
 
 @dataclass(frozen=True)
@@ -129,3 +136,32 @@ def rollout_progress(rollout: Rollout) -> dict:
         "counts": counts,
         "percent": round(100 * finished / total) if total else 100,
     }
+
+
+# --- what needs attention (the overview) ---------------------------------------------------------------------------
+
+
+def failed_nodes_q() -> Q:
+    """Nodes the last full reconcile pass saw drifted because their last change to their desired config failed
+    (rolled back or not): they report success on their old config, yet they are failed and wait for a retry."""
+    return Q(pk__in=NodeDrift.objects.filter(reason=NodeDrift.Reason.FAILED).values("node_id"))
+
+
+def stuck_nodes_q(now=None) -> Q:
+    """Nodes whose change has not moved for longer than the pending deadline: in flight past its own deadline too
+    (a wait for idle GPUs has its own), or queued in a running rollout that has nothing in flight (it stopped
+    advancing). A long rollout's nodes queued behind a working batch are not stuck."""
+    now = now or timezone.now()
+    old = Q(status_since__lt=pending_deadline(now))
+    in_flight = Q(status__in=IN_FLIGHT_STATUSES) & (Q(deadline__isnull=True) | Q(deadline__lt=now))
+    moving = NodeChange.objects.filter(rollout=OuterRef("rollout"), status__in=IN_FLIGHT_STATUSES)
+    queued = Q(status=ChangeStatus.QUEUED, rollout__status=RolloutStatus.RUNNING) & ~Exists(moving)
+    return Q(pk__in=NodeChange.objects.filter(old & (in_flight | queued)).values("node_id"))
+
+
+def next_retry_at_subquery():
+    """The earliest next try of the nodes waiting out a back-off (failed or held back), as a scalar subquery (the
+    overview's totals take it along in their aggregate)."""
+    reasons = [NodeDrift.Reason.FAILED, NodeDrift.Reason.HELD]
+    waiting = NodeRetry.objects.filter(node__drift__reason__in=reasons).order_by()
+    return waiting.annotate(one=Value(1)).values("one").annotate(at=Min("next_retry_at")).values("at")

@@ -20,7 +20,7 @@ from tests.factories import ClusterFactory, NodePoolFactory
 from worker import reconcile, rollouts, services
 from worker.choices import ChangeStatus, RolloutStatus
 from worker.models import NodeChange, NodeDrift, NodeRetry, Rollout
-from worker.selectors import PlannedChange, rollout_progress
+from worker.selectors import PlannedChange, rollout_progress, stuck_nodes_q
 
 pytestmark = pytest.mark.django_db
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -435,3 +435,38 @@ def test_a_schedule_window_supersedes_the_rollout_of_the_window_before(fleet, ad
     assert (day.status, day.superseded_by_id) == (RolloutStatus.SUPERSEDED, night_id)
     event = AuditEvent.objects.get(action="rollout.superseded")
     assert event.message == f"superseded: schedule dn now gives pool {pool.name} whole"
+
+
+def test_the_overview_counts_a_rolled_back_node_as_failed_and_a_change_not_moving_as_stuck(
+    fleet, operator, client, viewer
+):
+    """Issue 17: the overview said "pending too long: 0" and nothing failed while a failed canary's rollout sat."""
+    cluster, _, _ = fleet
+    (rollout_id,) = reconcile.reconcile()
+    canary = _fail_canary(cluster, rollout_id)
+    services.rollout_advance(rollout_id)
+    # After the rollback the agent reports its former config, applied successfully.
+    fleet_services.inventory_record(cluster=cluster, nodes=[_observation(canary.node.name, mig_config="all-disabled",
+                                                                          dp="whole")])  # fmt: skip
+    rollouts.retry_now(actor=Actor.for_user(operator), nodes=Node.objects.filter(name="n4"))
+    (second,) = reconcile.reconcile()
+    (stuck,) = services.rollout_advance(second)
+    services.node_changes_step([stuck])
+    long_ago = timezone.now() - timedelta(minutes=15)
+    NodeChange.objects.filter(pk=stuck).update(status_since=long_ago, deadline=long_ago)  # verifying, overdue
+    reconcile.reconcile()  # a full pass records why each node differs
+
+    client.force_login(viewer)
+    stats = client.get("/").context["stats"]
+    assert (stats["failed"], stats["stuck"]) == (1, 1)
+    assert stats["next_retry_at"] == NodeRetry.objects.get(node=canary.node).next_retry_at
+    assert Node.objects.filter(config_state="failed").count() == 0  # every node reports success
+
+
+def test_queued_nodes_are_stuck_only_while_their_rollout_stopped_advancing(fleet):
+    (rollout_id,) = reconcile.reconcile()
+    NodeChange.objects.update(status_since=timezone.now() - timedelta(minutes=15))
+    stuck = Node.objects.filter(stuck_nodes_q())
+    assert stuck.count() == 5  # running, queued for 15 min, nothing in flight: its tasks were lost
+    services.rollout_advance(rollout_id)  # the canary starts: the queued ones wait behind a working node
+    assert stuck.count() == 0
