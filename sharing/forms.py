@@ -17,6 +17,7 @@ from sharing.choices import (
     ComputeMode,
     CpuGovernor,
     CpuManagerPolicy,
+    FailurePolicy,
     MigStrategy,
     RequiredQoS,
     TimeSliceInterval,
@@ -316,6 +317,9 @@ class RolloutStrategyForm(forms.Form):
     )
     max_failures = forms.IntegerField(
         min_value=1, initial=lambda: _rollout_default("max_failures"), label="Stop after failures", help_text="nodes"
+    )
+    on_failure = forms.ChoiceField(
+        choices=FailurePolicy.choices, initial=lambda: _rollout_default("on_failure"), label="On a failed canary"
     )
     busy_policy = forms.ChoiceField(
         choices=BusyPolicy.choices, initial=lambda: _rollout_default("busy_policy"), label="Busy GPUs"

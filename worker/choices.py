@@ -12,13 +12,6 @@ class RolloutStatus(models.TextChoices):
     SUPERSEDED = "superseded", "Superseded"
 
 
-class RolloutOnFailure(models.TextChoices):
-    """What a rollout does when a canary fails or its failures reach max_failures."""
-
-    FAIL = "fail", "Fail the rollout"
-    PAUSE = "pause", "Pause for a person"
-
-
 class RolloutTrigger(models.TextChoices):
     USER = "user", "User"
     SCHEDULE = "schedule", "Schedule"

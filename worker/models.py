@@ -8,9 +8,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from fleet.models import Cluster, Node, NodePool
-from sharing.choices import BusyPolicy
+from sharing.choices import BusyPolicy, FailurePolicy
 from sharing.models import QoSPolicy, SharingProfile
-from worker.choices import ACTIVE_CHANGE_STATUSES, ChangeStatus, RolloutOnFailure, RolloutStatus, RolloutTrigger
+from worker.choices import ACTIVE_CHANGE_STATUSES, ChangeStatus, RolloutStatus, RolloutTrigger
 from worker.querysets import RolloutQuerySet
 
 
@@ -28,8 +28,8 @@ class Rollout(models.Model):
     max_failures = models.PositiveIntegerField(default=1, help_text="Stop the rollout after this many failed nodes.")
     on_failure = models.CharField(
         max_length=5,
-        choices=RolloutOnFailure.choices,
-        default=RolloutOnFailure.FAIL,
+        choices=FailurePolicy.choices,
+        default=FailurePolicy.FAIL,
         help_text="What a failed canary, or max_failures failed nodes, does to the rollout.",
     )
     accepted_failures = models.PositiveIntegerField(

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from core.audit import Actor, audit_record
 from core.models import AuditEvent
-from sharing.choices import BusyPolicy
+from sharing.choices import BusyPolicy, FailurePolicy
 from worker import telemetry
 from worker.choices import (
     FINISHED_ROLLOUT_STATUSES,
@@ -28,7 +28,6 @@ from worker.choices import (
     PROBLEM_STATUSES,
     TERMINAL_CHANGE_STATUSES,
     ChangeStatus,
-    RolloutOnFailure,
     RolloutStatus,
 )
 from worker.drivers import driver_for
@@ -118,7 +117,7 @@ def rollout_advance(rollout_id: int, *, now=None) -> list[int]:
     succeeded = counts.get(ChangeStatus.SUCCEEDED, 0)
 
     if rollout.status == RolloutStatus.RUNNING and (reason := _failure_stop(rollout, failures, succeeded)):
-        if rollout.on_failure == RolloutOnFailure.PAUSE:
+        if rollout.on_failure == FailurePolicy.PAUSE:
             _set_status(rollout, RolloutStatus.PAUSED, reason + "; paused for a person (resume accepts it)", now)
         else:
             _stop_rollout(rollout, RolloutStatus.FAILED, reason, now, hold=True)

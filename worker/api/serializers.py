@@ -1,11 +1,12 @@
 """Rollouts and node changes as JSON, with progress; input for starting one."""
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from core.api.fields import RefField
 from fleet.models import Node, NodePool
-from sharing.choices import BusyPolicy
-from worker.models import AdmissionPolicyState, NodeChange, Rollout
+from sharing.choices import BusyPolicy, FailurePolicy
+from worker.models import AdmissionPolicyState, NodeChange, NodeRetry, Rollout
 from worker.selectors import rollout_progress
 
 
@@ -37,9 +38,10 @@ class RolloutSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Rollout
-        fields = ["id", "url", "title", "trigger", "actor_label", "pool", "profile", "status", "batch_size",
-                  "canary_count", "max_failures", "busy_policy", "wait_minutes", "verify_timeout_seconds",
-                  "max_attempts", "progress", "created_at", "finished_at", "updated_at"]  # fmt: skip
+        fields = ["id", "url", "title", "trigger", "actor_label", "pool", "profile", "status", "superseded_by",
+                  "batch_size", "canary_count", "max_failures", "on_failure", "accepted_failures", "busy_policy",
+                  "wait_minutes", "verify_timeout_seconds", "max_attempts", "progress", "created_at", "finished_at",
+                  "updated_at"]  # fmt: skip
 
     def get_progress(self, rollout) -> ProgressSerializer:
         return rollout_progress(rollout)
@@ -60,6 +62,11 @@ class RolloutStartSerializer(serializers.Serializer):
     batch_size = serializers.IntegerField(min_value=1, default=10)
     canary_count = serializers.IntegerField(min_value=0, default=1)
     max_failures = serializers.IntegerField(min_value=1, default=1)
+    on_failure = serializers.ChoiceField(
+        choices=FailurePolicy.choices,
+        default=FailurePolicy.FAIL,
+        help_text="A failed canary, or max_failures failed nodes, fails the rollout or pauses it.",
+    )
     busy_policy = serializers.ChoiceField(choices=BusyPolicy.choices, default=BusyPolicy.WAIT)
     wait_minutes = serializers.IntegerField(min_value=0, max_value=24 * 60, default=30)
     verify_timeout_seconds = serializers.IntegerField(min_value=10, max_value=24 * 3600, default=600)
@@ -68,6 +75,29 @@ class RolloutStartSerializer(serializers.Serializer):
         if bool(attrs.get("pool")) == bool(attrs.get("nodes")):
             raise serializers.ValidationError("Give either a pool or a list of nodes.")
         return attrs
+
+
+class NodeRetrySerializer(serializers.ModelSerializer):
+    """A node waiting out the back-off after its change to `config_id` failed (`failures` > 0), or held back with a
+    node of its rollout that failed (`failures` 0): the loop tries again at `next_retry_at`."""
+
+    node = RefField("node-detail", read_only=True)
+    node_name = serializers.CharField(source="node.name", read_only=True)
+    waiting = serializers.SerializerMethodField()
+
+    class Meta:
+        model = NodeRetry
+        fields = ["node", "node_name", "config_id", "failures", "next_retry_at", "waiting", "rollout", "error",
+                  "updated_at"]  # fmt: skip
+        read_only_fields = fields
+
+    def get_waiting(self, retry) -> bool:
+        """Whether the back-off still runs (false: the loop retries on its next pass)."""
+        return retry.next_retry_at > timezone.now()
+
+
+class RetryNowSerializer(serializers.Serializer):
+    retried = serializers.IntegerField(help_text="nodes whose back-off ended now (0: none was waiting)")
 
 
 class AdmissionPolicyStateSerializer(serializers.ModelSerializer):
