@@ -138,6 +138,19 @@ def rollout_progress(rollout: Rollout) -> dict:
     }
 
 
+def rollout_retries(rollout: Rollout) -> list[NodeRetry]:
+    """The nodes whose back-off this rollout's failure set and that still wait for their next try."""
+    return list(NodeRetry.objects.filter(rollout=rollout, next_retry_at__gt=timezone.now()))
+
+
+def node_retry(row: DesiredVsObserved) -> NodeRetry | None:
+    """The back-off the node waits out before the loop tries its desired config again, if any."""
+    if row.config_id is None:
+        return None
+    retry = NodeRetry.objects.filter(node_id=row.node.pk, config_id=row.config_id).select_related("rollout").first()
+    return retry if retry is not None and retry.next_retry_at > timezone.now() else None
+
+
 # --- what needs attention (the overview) ---------------------------------------------------------------------------
 
 

@@ -16,7 +16,6 @@ from fleet.models import Node
 from fleet.observations import GpuObservation, NodeObservation
 from scheduling import services as scheduling_services
 from sharing import services as sharing_services
-from tests.factories import ClusterFactory, NodePoolFactory
 from worker import reconcile, rollouts, services
 from worker.choices import ChangeStatus, RolloutStatus
 from worker.models import NodeChange, NodeDrift, NodeRetry, Rollout
@@ -43,23 +42,6 @@ def _observation(name, *, mig_config="", dp="", state="success", allocatable=Non
         allocatable=allocatable if allocatable is not None else {"nvidia.com/gpu": 2},
         gpus=gpus,
     )
-
-
-@pytest.fixture
-def fleet(admin_user):
-    """An agent cluster with a pool of 5 nodes running passthrough, and a MIG profile assigned to the pool."""
-    cluster = ClusterFactory(driver="agent", kubeconfig_path="")
-    pool = NodePoolFactory(cluster=cluster)
-    fleet_services.inventory_record(
-        cluster=cluster, nodes=[_observation(f"n{i}", mig_config="all-disabled", dp="whole") for i in range(5)]
-    )
-    Node.objects.update(pool=pool)
-    actor = Actor.for_user(admin_user)
-    profile = sharing_services.profile_create(
-        actor=actor, name="mig-7", mode="mig", target_products=[H100], mig_layouts={"all": {"1g.10gb": 7}}
-    )
-    sharing_services.pool_set_profile(actor=actor, pool=pool, profile=profile)
-    return cluster, pool, profile
 
 
 def _report_applied(cluster, change: NodeChange, *, state="success", allocatable=None):
