@@ -111,7 +111,7 @@ def rollout_start(*, actor: Actor, nodes, **strategy) -> list[int]:
         reason = f" ({skipped} stale or not-ready node(s) were left out)" if skipped else ""
         raise ApplicationError(
             "Nothing to roll out: the nodes in scope already run their desired configuration, are changing "
-            f"already, or failed on it before and wait for a retry{reason}."
+            f"already, or failed on it and wait for their next try (retry them now on the node page){reason}."
         )
     created = {}
     for (pool, profile, _source, _schedule), planned in groups.items():

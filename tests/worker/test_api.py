@@ -9,7 +9,7 @@ from fleet.models import Node
 from sharing import services as sharing_services
 from tests.factories import ClusterFactory, NodePoolFactory
 from tests.worker.test_engine import H100, _fail_canary, _observation
-from worker import reconcile, services
+from worker import reconcile, rollouts, services
 from worker.models import NodeChange, Rollout
 
 pytestmark = pytest.mark.django_db
@@ -106,3 +106,18 @@ def test_rollout_state_values_and_a_bad_on_failure(pool, operator_api, viewer_ap
     assert [r["title"] for r in listed["results"]] == ["old"]
     schema = viewer_api.get("/api/schema/?format=json").json()
     assert "superseded" in str(schema["components"]["schemas"])
+
+
+def test_assigning_another_profile_and_rolling_out_now_supersedes_the_running_rollout(pool, operator, admin_user):
+    (old_id,) = rollouts.rollout_start(actor=Actor.for_user(operator), nodes=pool.nodes.all(), canary_count=1)
+    whole = sharing_services.profile_create(
+        actor=Actor.for_user(admin_user), name="whole", mode="passthrough", target_products=[H100]
+    )
+    (new_id,) = rollouts.pool_assign_and_roll_out(
+        actor=Actor.for_user(operator), pool=pool, profile=whole, strategy={"batch_size": 4}
+    )
+    old = Rollout.objects.get(pk=old_id)
+    assert (old.status, old.superseded_by_id) == ("superseded", new_id)
+    assert Rollout.objects.get(pk=new_id).changes.count() == 4
+    event = AuditEvent.objects.get(action="rollout.superseded")
+    assert event.message == f"superseded: pool {pool.name}'s default profile is now whole by operator"
