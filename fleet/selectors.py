@@ -60,16 +60,22 @@ def _share_rows(rows, total: int, key: str, label) -> list[dict]:
 # --- overview --------------------------------------------------------------------------------------------------
 
 
-def fleet_overview(*, now=None) -> dict:
-    """Totals, GPUs by product / cluster / sharing mode and what needs attention, in a handful of aggregate queries."""
+def fleet_overview(*, now=None, failed_also: Q | None = None, stuck_also: Q | None = None) -> dict:
+    """Totals, GPUs by product / cluster / sharing mode and what needs attention, in a handful of aggregate queries.
+
+    A node is failed when it reports a failed config, stuck when it reports one in progress past the deadline;
+    `failed_also` and `stuck_also` add what layers above know (a change that failed and was rolled back leaves the
+    node reporting success; a change that never started leaves it reporting nothing in progress)."""
     now = now or timezone.now()
     nodes = Node.objects.live()
     gpus = Gpu.objects.live().filter(node__gone_at__isnull=True)
+    failed = Q(config_state=ConfigState.FAILED)
+    stuck = Q(config_state__in=IN_PROGRESS_STATES, config_state_since__lt=pending_deadline(now))
 
     node_totals = nodes.aggregate(
         nodes=Count("pk"),
-        failed=Count("pk", filter=Q(config_state=ConfigState.FAILED)),
-        stuck=Count("pk", filter=Q(config_state__in=IN_PROGRESS_STATES, config_state_since__lt=pending_deadline(now))),
+        failed=Count("pk", filter=failed | failed_also if failed_also is not None else failed),
+        stuck=Count("pk", filter=stuck | stuck_also if stuck_also is not None else stuck),
         in_progress=Count("pk", filter=Q(config_state__in=IN_PROGRESS_STATES)),
         stale=Count("pk", filter=stale_q(now)),
         not_ready=Count("pk", filter=Q(ready=False)),

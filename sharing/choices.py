@@ -24,6 +24,13 @@ class BusyPolicy(models.TextChoices):
     FORCE = "force", "Apply anyway"
 
 
+class FailurePolicy(models.TextChoices):
+    """What a rollout does when a canary fails, or its failed nodes reach max_failures."""
+
+    FAIL = "fail", "Fail the rollout"
+    PAUSE = "pause", "Pause it for a person"
+
+
 class RequiredQoS(models.TextChoices):
     ANY = "any", "Any"
     BURSTABLE = "burstable", "Burstable or Guaranteed"

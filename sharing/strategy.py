@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from sharing.choices import BusyPolicy
+from sharing.choices import BusyPolicy, FailurePolicy
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,9 @@ STRATEGY_FIELDS = (
     StrategyField("batch_size", "Batch size", "nodes changing at once", min_value=1, max_value=10_000),
     StrategyField("canary_count", "Canary nodes", "first, alone", min_value=0, max_value=10_000),
     StrategyField("max_failures", "Stop after failures", "failed nodes", min_value=1, max_value=10_000),
+    StrategyField(
+        "on_failure", "On a failed canary", "fail the rollout, or pause it", choices=tuple(FailurePolicy.choices)
+    ),
     StrategyField("busy_policy", "Busy GPUs", "wait for idle GPUs, or drain", choices=tuple(BusyPolicy.choices)),
     StrategyField("wait_minutes", "Wait up to", "minutes, for idle GPUs or a drain", min_value=0, max_value=24 * 60),
     StrategyField("verify_timeout_seconds", "Verify within", "seconds, then the node counts as failed", 10, 24 * 3600),

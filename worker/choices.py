@@ -9,6 +9,7 @@ class RolloutStatus(models.TextChoices):
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"
+    SUPERSEDED = "superseded", "Superseded"
 
 
 class RolloutTrigger(models.TextChoices):
@@ -29,6 +30,13 @@ class ChangeStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+LIVE_ROLLOUT_STATUSES = (RolloutStatus.RUNNING, RolloutStatus.PAUSED)
+FINISHED_ROLLOUT_STATUSES = (
+    RolloutStatus.SUCCEEDED,
+    RolloutStatus.FAILED,
+    RolloutStatus.CANCELLED,
+    RolloutStatus.SUPERSEDED,
+)
 ACTIVE_CHANGE_STATUSES = (
     ChangeStatus.QUEUED,
     ChangeStatus.WAITING_FOR_IDLE,

@@ -21,7 +21,7 @@ from core.metrics import age_seconds, once_per_scrape, timestamp
 from fleet.choices import ClusterDriver
 from fleet.models import Cluster
 from scheduling.selectors import TRANSITIONS_AROUND_NOW, transitions_around
-from worker.choices import ACTIVE_CHANGE_STATUSES, RolloutStatus
+from worker.choices import ACTIVE_CHANGE_STATUSES, FINISHED_ROLLOUT_STATUSES, RolloutStatus
 from worker.models import ChangePhaseBucket, ClusterApiErrors, ClusterWatch, LoopRun, NodeChange, NodeDrift, Rollout
 from worker.telemetry import PHASE_BUCKETS, RECONCILE_LOOP
 
@@ -58,7 +58,7 @@ class WorkerCollector:
         counts = dict(Rollout.objects.values_list("status").annotate(n=Count("pk")).order_by())
         for status in (RolloutStatus.RUNNING, RolloutStatus.PAUSED):
             active.add_metric([status], counts.get(status, 0))
-        for status in (RolloutStatus.SUCCEEDED, RolloutStatus.FAILED, RolloutStatus.CANCELLED):
+        for status in FINISHED_ROLLOUT_STATUSES:
             finished.add_metric([status], counts.get(status, 0))
         paused = GaugeMetricFamily(
             "tessera_rollout_paused_longest_seconds", "How long the longest-paused rollout has been paused (0: none)."

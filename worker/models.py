@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from fleet.models import Cluster, Node, NodePool
-from sharing.choices import BusyPolicy
+from sharing.choices import BusyPolicy, FailurePolicy
 from sharing.models import QoSPolicy, SharingProfile
 from worker.choices import ACTIVE_CHANGE_STATUSES, ChangeStatus, RolloutStatus, RolloutTrigger
 from worker.querysets import RolloutQuerySet
@@ -26,6 +26,15 @@ class Rollout(models.Model):
     batch_size = models.PositiveIntegerField(default=10, help_text="Nodes changing at once (max unavailable).")
     canary_count = models.PositiveIntegerField(default=1, help_text="Nodes that must succeed before the rest start.")
     max_failures = models.PositiveIntegerField(default=1, help_text="Stop the rollout after this many failed nodes.")
+    on_failure = models.CharField(
+        max_length=5,
+        choices=FailurePolicy.choices,
+        default=FailurePolicy.FAIL,
+        help_text="What a failed canary, or max_failures failed nodes, does to the rollout.",
+    )
+    accepted_failures = models.PositiveIntegerField(
+        default=0, help_text="Failed nodes a person accepted by resuming the rollout; only later ones stop it again."
+    )
     busy_policy = models.CharField(max_length=10, choices=BusyPolicy.choices, default=BusyPolicy.WAIT)
     wait_minutes = models.PositiveIntegerField(default=30, help_text="How long to wait for busy GPUs or a drain.")
     verify_timeout_seconds = models.PositiveIntegerField(
@@ -33,6 +42,10 @@ class Rollout(models.Model):
     )
     max_attempts = models.PositiveSmallIntegerField(default=2)
     status = models.CharField(max_length=10, choices=RolloutStatus.choices, default=RolloutStatus.RUNNING)
+    superseded_by = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+        help_text="The rollout that took over this one's nodes when a newer desired state superseded it.",
+    )  # fmt: skip
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -69,6 +82,9 @@ class NodeChange(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     applied_mig_config = models.CharField(max_length=253, blank=True, help_text="The label value actually written.")
     cordoned_by_tessera = models.BooleanField(default=False)
+    drain_started_at = models.DateTimeField(
+        null=True, blank=True, help_text="First eviction; from then GPUs may take the verify timeout to go idle."
+    )
     deadline = models.DateTimeField(null=True, blank=True, help_text="When waiting or verifying gives up.")
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -96,6 +112,30 @@ class NodeChange(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in ACTIVE_CHANGE_STATUSES
+
+
+class NodeRetry(models.Model):
+    """When the reconcile loop next tries a config on a node whose change to it failed, or that a stopped rollout
+    held back with the node that failed: the loop skips the node until `next_retry_at`, which doubles with each
+    failure (settings RETRY_BACKOFF_SECONDS up to RETRY_BACKOFF_MAX_SECONDS). A success deletes the row; "retry
+    now" sets `next_retry_at` to now. A row whose `config_id` is no longer desired holds nothing back."""
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, primary_key=True, related_name="retry")
+    config_id = models.CharField(max_length=253, help_text="The config that failed (NodeChange.to_config.config_id).")
+    failures = models.PositiveSmallIntegerField(
+        default=0, help_text="Failed changes of this node to this config in a row; 0: held back, never failed."
+    )
+    next_retry_at = models.DateTimeField(db_index=True)
+    rollout = models.ForeignKey(Rollout, on_delete=models.SET_NULL, null=True, blank=True, related_name="retries")
+    error = models.TextField(blank=True, help_text="Why: the failure, or which node's failure held this one back.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self):
+        return f"{self.node_id}: {self.config_id} after {self.failures} failure(s), next {self.next_retry_at}"
+
+    @property
+    def held(self) -> bool:
+        return self.failures == 0
 
 
 class AdmissionState(models.TextChoices):
@@ -150,7 +190,8 @@ class NodeDrift(models.Model):
     class Reason(models.TextChoices):
         PLANNED = "planned", "No change yet: the loop starts one"
         CHANGING = "changing", "A change is in progress"
-        FAILED = "failed", "The last change to this config failed: waiting for a person"
+        FAILED = "failed", "The last change to this config failed: retried after a back-off"
+        HELD = "held", "Held back with a node of its rollout that failed: retried with it"
         INVALID = "invalid", "The desired profile does not fit the node's GPUs"
 
     node = models.OneToOneField(Node, on_delete=models.CASCADE, primary_key=True, related_name="drift")

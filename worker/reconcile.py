@@ -1,7 +1,9 @@
 """The level-triggered loop: compare desired with observed for every node, turn differences into rollouts.
 
-A pass reads the drift and the plan (worker.selectors) and creates one rollout per group; a repeated pass finds
-the nodes already changing and does nothing new. A full pass also records the drift it saw (for /metrics).
+A pass first supersedes what running rollouts would still start toward a config no longer desired, then reads the
+drift and the plan (worker.selectors) and creates one rollout per group; a repeated pass finds the nodes already
+changing, or failed and waiting out their back-off, and does nothing new. A full pass also records the drift it
+saw (for /metrics).
 """
 
 from django.conf import settings
@@ -11,7 +13,7 @@ from django.utils import timezone
 from core.audit import Actor
 from core.exceptions import ApplicationError
 from worker.choices import RolloutTrigger
-from worker.rollouts import rollout_create, rollout_title
+from worker.rollouts import rollout_create, rollout_title, rollouts_link_successors, rollouts_supersede
 from worker.selectors import drift, plan, reconcilable_nodes
 from worker.telemetry import drift_record
 
@@ -19,7 +21,8 @@ from worker.telemetry import drift_record
 def reconcile(*, at=None, nodes=None) -> list[int]:
     """One pass of the loop; returns the ids of the rollouts it created. Safe to run concurrently or repeatedly."""
     at = at or timezone.now()
-    created = []
+    created = {}
+    taken = rollouts_supersede(nodes=nodes, at=at)  # first: the nodes it frees are planned below
     drifted = drift(reconcilable_nodes(nodes), at=at)
     if nodes is None:
         drift_record(drifted, now=at)
@@ -41,5 +44,6 @@ def reconcile(*, at=None, nodes=None) -> list[int]:
             )
         except (ApplicationError, IntegrityError):
             continue  # another pass got there first; the next pass sees its changes
-        created.append(rollout.pk)
-    return created
+        created[rollout.pk] = {p.node.pk for p in planned}
+    rollouts_link_successors(taken, created)
+    return list(created)

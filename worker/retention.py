@@ -7,15 +7,13 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from core.retention import cutoff, delete_in_batches, retention
-from worker.choices import ChangeStatus, RolloutStatus
+from worker.choices import FINISHED_ROLLOUT_STATUSES, ChangeStatus
 from worker.models import NodeChange, Rollout
-
-FINISHED = (RolloutStatus.SUCCEEDED, RolloutStatus.FAILED, RolloutStatus.CANCELLED)
 
 
 def _rollouts_still_read():
     """Rollouts holding a live node's latest change or its latest successful one: the agents' desired config and the
-    loop's "failed: wait for a human" (worker.selectors.nodes_with_problem_for) read those, whatever their age."""
+    node page's change history read those, whatever their age."""
     live = NodeChange.objects.filter(node__gone_at__isnull=True).order_by().values("node_id")
     latest = live.annotate(last=Max("pk")).values("last")
     latest_succeeded = live.filter(status=ChangeStatus.SUCCEEDED).annotate(last=Max("pk")).values("last")
@@ -31,7 +29,7 @@ def worker_prune(*, now: datetime | None = None) -> dict:
     """
     now = now or timezone.now()
     old = list(
-        Rollout.objects.filter(status__in=FINISHED, finished_at__lt=cutoff("ROLLOUTS_DAYS", now))
+        Rollout.objects.filter(status__in=FINISHED_ROLLOUT_STATUSES, finished_at__lt=cutoff("ROLLOUTS_DAYS", now))
         .exclude(pk__in=_rollouts_still_read())
         .order_by("pk")
         .values_list("pk", flat=True)

@@ -4,6 +4,7 @@ Advancing them is the engine's (worker.services); a rollout created or resumed h
 transaction commits, through worker.enqueue.
 """
 
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from django.db import transaction
@@ -11,12 +12,25 @@ from django.utils import timezone
 
 from core.audit import Actor, audit_record
 from core.exceptions import ApplicationError
+from core.models import AuditEvent
 from fleet.models import Node
 from scheduling.assign import Assignment, AssignMode, pool_assign
+from scheduling.selectors import desired_vs_observed
+from sharing.models import NodePin
 from worker import enqueue, services
-from worker.choices import ACTIVE_CHANGE_STATUSES, ChangeStatus, RolloutStatus, RolloutTrigger
-from worker.models import NodeChange, Rollout
+from worker.choices import (
+    ACTIVE_CHANGE_STATUSES,
+    FINISHED_ROLLOUT_STATUSES,
+    LIVE_ROLLOUT_STATUSES,
+    PROBLEM_STATUSES,
+    ChangeStatus,
+    RolloutStatus,
+    RolloutTrigger,
+)
+from worker.models import NodeChange, NodeRetry, Rollout
 from worker.selectors import PlannedChange, plan, reconcilable_nodes
+
+NOT_STARTED = (ChangeStatus.QUEUED, ChangeStatus.WAITING_FOR_IDLE)
 
 
 def _from_config(node: Node) -> dict:
@@ -97,18 +111,19 @@ def rollout_start(*, actor: Actor, nodes, **strategy) -> Rollout:
     One rollout for the whole scope (its pool and profile set when all its nodes share them), so a client gets the
     one rollout it asked for; raises when nothing in scope differs from desired.
     """
+    taken = rollouts_supersede(nodes=nodes)
     groups = plan(reconcilable_nodes(nodes))
     if not groups:
         skipped = nodes.live().count() - reconcilable_nodes(nodes).count()
         reason = f" ({skipped} stale or not-ready node(s) were left out)" if skipped else ""
         raise ApplicationError(
             "Nothing to roll out: the nodes in scope already run their desired configuration, are changing "
-            f"already, or failed on it before and wait for a retry{reason}."
+            f"already, or failed on it and wait for their next try (retry them now on the node page){reason}."
         )
     changes = [change for planned in groups.values() for change in planned]
     pool = _only({pool for pool, *_ in groups})
     profile = _only({profile for _, profile, *_ in groups})
-    return rollout_create(
+    rollout = rollout_create(
         actor=actor,
         trigger=RolloutTrigger.USER,
         title=rollout_title(pool, profile, len(changes)),
@@ -117,6 +132,8 @@ def rollout_start(*, actor: Actor, nodes, **strategy) -> Rollout:
         profile=profile,
         **strategy,
     )
+    rollouts_link_successors(taken, {rollout.pk: {change.node.pk for change in changes}})
+    return rollout
 
 
 @transaction.atomic
@@ -140,11 +157,13 @@ def pool_assign_and_roll_out(
     return assignment, rollout_start(actor=actor, nodes=pool.nodes.all(), **strategy)
 
 
-def _set_rollout_status(rollout: Rollout, *, actor: Actor, allowed: Iterable[str], new: str, action: str) -> Rollout:
+def _set_rollout_status(
+    rollout: Rollout, *, actor: Actor, allowed: Iterable[str], new: str, action: str, **extra
+) -> Rollout:
     now = timezone.now()
-    finished = now if new in (RolloutStatus.SUCCEEDED, RolloutStatus.FAILED, RolloutStatus.CANCELLED) else None
+    finished = now if new in FINISHED_ROLLOUT_STATUSES else None
     moved = Rollout.objects.filter(pk=rollout.pk, status__in=list(allowed)).update(
-        status=new, updated_at=now, finished_at=finished
+        status=new, updated_at=now, finished_at=finished, **extra
     )
     if not moved:
         rollout.refresh_from_db()
@@ -165,8 +184,15 @@ def rollout_pause(*, actor: Actor, rollout: Rollout) -> Rollout:
 
 @transaction.atomic
 def rollout_resume(*, actor: Actor, rollout: Rollout) -> Rollout:
+    """Carry on; the nodes failed so far are accepted, so only later failures stop or pause the rollout again."""
+    failures = rollout.changes.filter(status__in=PROBLEM_STATUSES).count()
     rollout = _set_rollout_status(
-        rollout, actor=actor, allowed=[RolloutStatus.PAUSED], new=RolloutStatus.RUNNING, action="resume"
+        rollout,
+        actor=actor,
+        allowed=[RolloutStatus.PAUSED],
+        new=RolloutStatus.RUNNING,
+        action="resume",
+        accepted_failures=failures,
     )
     enqueue.rollout_advance(rollout.pk)
     return rollout
@@ -182,11 +208,134 @@ def rollout_cancel(*, actor: Actor, rollout: Rollout) -> Rollout:
         new=RolloutStatus.CANCELLED,
         action="cancel",
     )
-    now = timezone.now()
-    waiting = list(rollout.changes.filter(status=ChangeStatus.WAITING_FOR_IDLE, cordoned_by_tessera=True))
-    rollout.changes.filter(status__in=[ChangeStatus.QUEUED, ChangeStatus.WAITING_FOR_IDLE]).update(
-        status=ChangeStatus.CANCELLED, finished_at=now, updated_at=now, status_since=now, error="cancelled"
-    )
-    if waiting:
-        transaction.on_commit(lambda: services.node_changes_uncordon([c.pk for c in waiting]))
+    pending = rollout.changes.filter(status__in=NOT_STARTED).select_related("node")
+    services.node_changes_cancel(list(pending), f"cancelled by {actor.label}")
     return rollout
+
+
+# --- back-off: a person skips the wait -------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def retry_now(*, actor: Actor, nodes) -> int:
+    """End the back-off of these failed (or held) nodes: the loop tries their desired config on the pass this starts.
+    The failure count stays, so an automatic retry after another failure still waits longer. Returns how many."""
+    now = timezone.now()
+    waiting = NodeRetry.objects.select_for_update().filter(node__in=nodes, next_retry_at__gt=now)
+    retries = list(waiting.select_related("node"))
+    for retry in retries:
+        audit_record(
+            actor=actor,
+            action="node.retry_now",
+            obj=retry.node,
+            before={"next_retry_at": retry.next_retry_at.isoformat(), "failures": retry.failures},
+            after={"next_retry_at": now.isoformat()},
+        )
+    NodeRetry.objects.filter(pk__in=[r.pk for r in retries]).update(next_retry_at=now, updated_at=now)
+    if retries:
+        enqueue.reconcile_tick()
+    return len(retries)
+
+
+def rollout_retry_now(*, actor: Actor, rollout: Rollout) -> int:
+    """Retry now every node whose back-off this rollout's failure set (failed or held back with it)."""
+    return retry_now(actor=actor, nodes=Node.objects.filter(retry__rollout=rollout))
+
+
+# --- superseding: a newer desired state takes over from a rollout toward an older one -------------------------------
+
+
+def rollouts_supersede(*, nodes=None, at=None) -> dict[int, set[int]]:
+    """Cancel the queued and waiting changes of running or paused rollouts whose config is no longer the one their
+    node should get (a pool assignment, a pin, a schedule window or an edited profile came since), and mark a rollout
+    `superseded` once none of its nodes is left to start. Nodes mid-apply finish and are verified: MIG Manager or an
+    agent interrupted mid-reconfiguration leaves GPUs in an unknown state, and the node, once done, is drifted and
+    rolled to the new desired state by the loop. Returns {rollout id: ids of the nodes taken from it}."""
+    pending = NodeChange.objects.filter(status__in=NOT_STARTED, rollout__status__in=LIVE_ROLLOUT_STATUSES)
+    if nodes is not None:
+        pending = pending.filter(node__in=nodes)
+    targets = {node_id: config_id for node_id, config_id in pending.values_list("node_id", "to_config__config_id")}
+    if not targets:
+        return {}
+    desired = {row.node.pk: row for row in desired_vs_observed(Node.objects.filter(pk__in=list(targets)), at=at)}
+    outdated = {node_id for node_id, config_id in targets.items() if desired[node_id].config_id != config_id}
+    by_rollout = defaultdict(list)
+    for change in pending.filter(node_id__in=outdated).select_related("node"):
+        by_rollout[change.rollout_id].append(change)
+    taken = {}
+    for rollout_id, changes in by_rollout.items():
+        freed = _supersede(rollout_id, changes, desired)
+        if freed:
+            taken[rollout_id] = freed
+    return taken
+
+
+def _desired_text(row) -> str:
+    """What the node should get now and who said so, in words for the event stream."""
+    node = row.node
+    if row.profile is None:
+        where = f"pool {node.pool.name}" if node.pool_id else "the node's pool"
+        return f"{node.name}: nothing is desired any more ({where} has no profile now)"
+    if row.source == "pin":
+        pin = NodePin.objects.filter(node=node).select_related("pinned_by").first()
+        by = f" by {pin.pinned_by.get_username()}" if pin and pin.pinned_by else ""
+        return f"{node.name} pinned to {row.profile.name}{by}"
+    if row.source == "schedule":
+        return f"schedule {row.schedule.name} now gives pool {node.pool.name} {row.profile.name}"
+    event = (
+        AuditEvent.objects.filter(action="pool.set_profile", object_type="nodepool", object_id=str(node.pool_id))
+        .order_by("-at", "-pk")
+        .first()
+    )
+    by = f" by {event.actor_label}" if event else ""
+    return f"pool {node.pool.name}'s default profile is now {row.profile.name}{by}"
+
+
+def _superseded_text(change: NodeChange, row) -> str:
+    if row.profile is not None and row.profile.name == change.to_config.get("profile"):
+        return f"profile {row.profile.name} was changed since the rollout began"
+    return _desired_text(row)
+
+
+@transaction.atomic
+def _supersede(rollout_id: int, changes: list[NodeChange], desired: dict) -> set[int]:
+    rollout = Rollout.objects.select_for_update().filter(pk=rollout_id, status__in=LIVE_ROLLOUT_STATUSES).first()
+    if rollout is None:
+        return set()
+    texts = sorted({_superseded_text(c, desired[c.node_id]) for c in changes})
+    message = "superseded: " + "; ".join(texts[:3]) + (f" and {len(texts) - 3} more" if len(texts) > 3 else "")
+    cancelled = services.node_changes_cancel(changes, message)
+    if not rollout.changes.filter(status__in=NOT_STARTED).exists():
+        before = rollout.status
+        now = timezone.now()
+        Rollout.objects.filter(pk=rollout.pk).update(status=RolloutStatus.SUPERSEDED, finished_at=now, updated_at=now)
+        rollout.status = RolloutStatus.SUPERSEDED
+        audit_record(
+            actor=Actor.system("reconcile"),
+            action="rollout.superseded",
+            obj=rollout,
+            before={"status": before},
+            after={"status": rollout.status},
+            message=message,
+            now=now,
+        )
+    return {c.node_id for c in cancelled}
+
+
+def rollouts_link_successors(taken: dict[int, set[int]], created: dict[int, set[int]]) -> None:
+    """Name, on each superseded rollout, the new rollout that took over its nodes (the first one, by id)."""
+    for old_id, freed in taken.items():
+        successor = next((new_id for new_id, nodes in sorted(created.items()) if nodes & freed), None)
+        if successor is None:
+            continue
+        with transaction.atomic():
+            old = Rollout.objects.select_for_update().get(pk=old_id)
+            old.superseded_by_id = successor
+            old.save(update_fields=["superseded_by", "updated_at"])
+            audit_record(
+                actor=Actor.system("reconcile"),
+                action="rollout.superseded_by",
+                obj=old,
+                after={"rollout": successor},
+                message=f"rollout #{successor} took over {len(freed & created[successor])} of its node(s)",
+            )

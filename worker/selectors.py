@@ -6,13 +6,21 @@ The plan is shared by the reconcile loop and by an operator's explicit rollout (
 from collections import defaultdict
 from dataclasses import dataclass
 
-from django.db.models import Count
+from django.db.models import Count, Exists, Min, OuterRef, Q, Value
+from django.utils import timezone
 
 from fleet.models import Node, NodePool
+from fleet.selectors import pending_deadline
 from scheduling.selectors import DesiredVsObserved, desired_vs_observed
 from sharing.spec import allocatable
-from worker.choices import ACTIVE_CHANGE_STATUSES, PROBLEM_STATUSES, TERMINAL_CHANGE_STATUSES, ChangeStatus
-from worker.models import NodeChange, Rollout
+from worker.choices import (
+    ACTIVE_CHANGE_STATUSES,
+    IN_FLIGHT_STATUSES,
+    TERMINAL_CHANGE_STATUSES,
+    ChangeStatus,
+    RolloutStatus,
+)
+from worker.models import NodeChange, NodeDrift, NodeRetry, Rollout
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,7 @@ class Drift:
 
     rows: list[DesiredVsObserved]
     busy: set[int]  # a change is in progress
-    failed: set[int]  # the last change to exactly this config failed: left for a person
+    backoff: dict[int, NodeRetry]  # the last change to exactly this config failed (or was held): not yet retried
 
     def reason(self, row: DesiredVsObserved) -> str:
         """Why the node is not in sync yet (worker.models.NodeDrift.Reason)."""
@@ -68,25 +76,42 @@ class Drift:
             return "changing"
         if row.config is None:
             return "invalid"
-        return "failed" if row.node.pk in self.failed else "planned"
+        retry = self.backoff.get(row.node.pk)
+        if retry is None:
+            return "planned"
+        return "held" if retry.held else "failed"
 
 
 def drift(nodes, *, at=None) -> Drift:
     """Desired against observed for these nodes, keeping the ones that differ with what holds each back."""
+    at = at or timezone.now()
     rows = [r for r in desired_vs_observed(nodes, at=at) if r.in_sync is False]
     busy = set(
         NodeChange.objects.filter(node__in=[r.node.pk for r in rows], status__in=ACTIVE_CHANGE_STATUSES).values_list(
             "node_id", flat=True
         )
     )
-    failed = nodes_with_problem_for({r.node.pk: r.config.config_id for r in rows if r.config and r.node.pk not in busy})
-    return Drift(rows, busy, failed)
+    wanted = {r.node.pk: r.config_id for r in rows if r.config and r.node.pk not in busy}
+    return Drift(rows, busy, backoffs(wanted, at=at))
+
+
+def backoffs(config_ids_by_node: dict[int, str], *, at=None) -> dict[int, NodeRetry]:
+    """The back-offs still running for these nodes at exactly these configs (the config id a change to the node
+    would carry: an agent node's includes its QoS settings)."""
+    at = at or timezone.now()
+    retries = {}
+    ids = list(config_ids_by_node)
+    for i in range(0, len(ids), 5000):
+        for retry in NodeRetry.objects.filter(node_id__in=ids[i : i + 5000], next_retry_at__gt=at):
+            if retry.config_id == config_ids_by_node[retry.node_id]:
+                retries[retry.node_id] = retry
+    return retries
 
 
 def plan(nodes, *, at=None, drifted: Drift | None = None) -> dict[tuple, list[PlannedChange]]:
     """Drifted nodes without a change in flight, grouped by (pool, profile, source); nodes whose last attempt at
-    the same config failed are left for a person (shown as failed) instead of being retried forever. `drifted`: the
-    drift of `nodes` when the caller has it already."""
+    the same config failed wait out their back-off (shown as failed, with the next try). `drifted`: the drift of
+    `nodes` when the caller has it already."""
     drifted = drifted or drift(nodes, at=at)
     rows = [r for r in drifted.rows if drifted.reason(r) == "planned"]
     pools = NodePool.objects.in_bulk({r.node.pool_id for r in rows} - {None})
@@ -119,17 +144,43 @@ def rollout_progress(rollout: Rollout) -> dict:
     }
 
 
-def nodes_with_problem_for(config_ids_by_node: dict[int, str]) -> set[int]:
-    """Nodes whose latest change to exactly this config failed: the loop waits for a human instead of retrying."""
-    latest = {}
-    for node_id, status, config_id in (
-        NodeChange.objects.filter(node_id__in=list(config_ids_by_node))
-        .order_by("node_id", "-pk")
-        .values_list("node_id", "status", "to_config__config_id")
-    ):
-        latest.setdefault(node_id, (status, config_id))
-    return {
-        node_id
-        for node_id, (status, config_id) in latest.items()
-        if status in PROBLEM_STATUSES and config_id == config_ids_by_node[node_id]
-    }
+def rollout_retries(rollout: Rollout) -> list[NodeRetry]:
+    """The nodes whose back-off this rollout's failure set and that still wait for their next try."""
+    return list(NodeRetry.objects.filter(rollout=rollout, next_retry_at__gt=timezone.now()))
+
+
+def node_retry(row: DesiredVsObserved) -> NodeRetry | None:
+    """The back-off the node waits out before the loop tries its desired config again, if any."""
+    if row.config_id is None:
+        return None
+    retry = NodeRetry.objects.filter(node_id=row.node.pk, config_id=row.config_id).select_related("rollout").first()
+    return retry if retry is not None and retry.next_retry_at > timezone.now() else None
+
+
+# --- what needs attention (the overview) ---------------------------------------------------------------------------
+
+
+def failed_nodes_q() -> Q:
+    """Nodes the last full reconcile pass saw drifted because their last change to their desired config failed
+    (rolled back or not): they report success on their old config, yet they are failed and wait for a retry."""
+    return Q(pk__in=NodeDrift.objects.filter(reason=NodeDrift.Reason.FAILED).values("node_id"))
+
+
+def stuck_nodes_q(now=None) -> Q:
+    """Nodes whose change has not moved for longer than the pending deadline: in flight past its own deadline too
+    (a wait for idle GPUs has its own), or queued in a running rollout that has nothing in flight (it stopped
+    advancing). A long rollout's nodes queued behind a working batch are not stuck."""
+    now = now or timezone.now()
+    old = Q(status_since__lt=pending_deadline(now))
+    in_flight = Q(status__in=IN_FLIGHT_STATUSES) & (Q(deadline__isnull=True) | Q(deadline__lt=now))
+    moving = NodeChange.objects.filter(rollout=OuterRef("rollout"), status__in=IN_FLIGHT_STATUSES)
+    queued = Q(status=ChangeStatus.QUEUED, rollout__status=RolloutStatus.RUNNING) & ~Exists(moving)
+    return Q(pk__in=NodeChange.objects.filter(old & (in_flight | queued)).values("node_id"))
+
+
+def next_retry_at_subquery():
+    """The earliest next try of the nodes waiting out a back-off (failed or held back), as a scalar subquery (the
+    overview's totals take it along in their aggregate)."""
+    reasons = [NodeDrift.Reason.FAILED, NodeDrift.Reason.HELD]
+    waiting = NodeRetry.objects.filter(node__drift__reason__in=reasons).order_by()
+    return waiting.annotate(one=Value(1)).values("one").annotate(at=Min("next_retry_at")).values("at")

@@ -11,17 +11,20 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, F
+from django.db.models import Count, F, Max
 from django.db.models.expressions import Combinable
 from django.utils import timezone
 
 from core.audit import Actor, audit_record
 from core.models import AuditEvent
-from sharing.choices import BusyPolicy
+from sharing.choices import BusyPolicy, FailurePolicy
 from worker import telemetry
 from worker.choices import (
+    FINISHED_ROLLOUT_STATUSES,
     IN_FLIGHT_STATUSES,
+    LIVE_ROLLOUT_STATUSES,
     PROBLEM_STATUSES,
     TERMINAL_CHANGE_STATUSES,
     ChangeStatus,
@@ -29,7 +32,7 @@ from worker.choices import (
 )
 from worker.drivers import driver_for
 from worker.drivers.base import Driver, DriverError, NodeTarget
-from worker.models import NodeChange, Rollout
+from worker.models import NodeChange, NodeRetry, Rollout
 
 # A change not touched for this long while in flight has lost its task (worker crash, lost message): re-step it.
 STEP_STALL_SECONDS = 30
@@ -93,24 +96,31 @@ def _claim(changes: Sequence[NodeChange], old: str, new: str, **values) -> list[
 
 @transaction.atomic
 def rollout_advance(rollout_id: int, *, now=None) -> list[int]:
-    """Decide the rollout's next moves: start nodes within batch and canary limits, finish or stop it.
+    """Decide the rollout's next moves: start nodes within batch and canary limits, finish, fail or pause it.
 
-    Returns the ids of changes to step now: the ones just started and in-flight ones whose task looks lost.
+    Returns the ids of changes to step now: the ones just started and in-flight ones whose task looks lost (a
+    finished rollout's nodes mid-apply, which finish and verify, included).
     """
     now = now or timezone.now()
     rollout = Rollout.objects.select_for_update().filter(pk=rollout_id).first()
-    if rollout is None or rollout.status not in (RolloutStatus.RUNNING, RolloutStatus.PAUSED):
+    if rollout is None:
         return []
-    counts = dict(rollout.changes.values_list("status").annotate(n=Count("pk")))
-    in_flight = sum(counts.get(s, 0) for s in IN_FLIGHT_STATUSES)
-    failures = sum(counts.get(s, 0) for s in PROBLEM_STATUSES)
     stall_cutoff = now - timedelta(seconds=STEP_STALL_SECONDS)
     stalled = list(
         rollout.changes.filter(status__in=IN_FLIGHT_STATUSES, updated_at__lt=stall_cutoff).values_list("pk", flat=True)
     )
+    if rollout.status not in LIVE_ROLLOUT_STATUSES:
+        return stalled
+    counts = dict(rollout.changes.values_list("status").annotate(n=Count("pk")))
+    in_flight = sum(counts.get(s, 0) for s in IN_FLIGHT_STATUSES)
+    failures = sum(counts.get(s, 0) for s in PROBLEM_STATUSES)
+    succeeded = counts.get(ChangeStatus.SUCCEEDED, 0)
 
-    if rollout.status == RolloutStatus.RUNNING and failures >= rollout.max_failures:
-        _stop_rollout(rollout, RolloutStatus.FAILED, f"stopped after {failures} failed node(s)", now)
+    if rollout.status == RolloutStatus.RUNNING and (reason := _failure_stop(rollout, failures, succeeded)):
+        if rollout.on_failure == FailurePolicy.PAUSE:
+            _set_status(rollout, RolloutStatus.PAUSED, reason + "; paused for a person (resume accepts it)", now)
+        else:
+            _stop_rollout(rollout, RolloutStatus.FAILED, reason, now, hold=True)
         return stalled
     if not in_flight and not counts.get(ChangeStatus.QUEUED, 0):
         outcome = RolloutStatus.FAILED if failures else RolloutStatus.SUCCEEDED
@@ -120,13 +130,13 @@ def rollout_advance(rollout_id: int, *, now=None) -> list[int]:
     if rollout.status != RolloutStatus.RUNNING:
         return stalled
 
-    queued = rollout.changes.filter(status=ChangeStatus.QUEUED).select_related("node", "rollout").order_by("position")
-    canaries_done = rollout.changes.filter(position__lt=rollout.canary_count, status=ChangeStatus.SUCCEEDED).count()
-    if canaries_done < min(rollout.canary_count, sum(counts.values())):
-        queued = queued.filter(position__lt=rollout.canary_count)  # the rest wait for the canaries
     capacity = max(0, rollout.batch_size - in_flight)
+    if succeeded < rollout.canary_count:
+        # Canaries first, alone: the next queued nodes until `canary_count` succeeded (a skipped one is replaced).
+        capacity = min(capacity, rollout.canary_count - succeeded - in_flight)
+    queued = rollout.changes.filter(status=ChangeStatus.QUEUED).select_related("node", "rollout").order_by("position")
     started = _claim(
-        list(queued[:capacity]),
+        list(queued[: max(0, capacity)]),
         ChangeStatus.QUEUED,
         ChangeStatus.WAITING_FOR_IDLE,
         started_at=now,
@@ -135,16 +145,25 @@ def rollout_advance(rollout_id: int, *, now=None) -> list[int]:
     return [c.pk for c in started] + stalled
 
 
-def _stop_rollout(rollout: Rollout, status: str, message: str, now) -> None:
-    rollout.changes.filter(status=ChangeStatus.QUEUED).update(
-        status=ChangeStatus.CANCELLED,
-        finished_at=now,
-        updated_at=now,
-        status_since=now,
-        error=message or "rollout stopped",
-    )
+def _failure_stop(rollout: Rollout, failures: int, succeeded: int) -> str:
+    """Why the rollout must stop now ('' if it goes on): a node failed before the canaries succeeded, or failures a
+    person has not accepted (by resuming) reached max_failures."""
+    new = failures - rollout.accepted_failures
+    if new <= 0:
+        return ""
+    if succeeded < rollout.canary_count:
+        last = rollout.changes.filter(status__in=PROBLEM_STATUSES).select_related("node").order_by("-finished_at")
+        change = last.first()
+        return f"canary {change.node.name} failed: {change.error}"[:1000]
+    if new >= rollout.max_failures:
+        return f"stopped after {failures} failed node(s)"
+    return ""
+
+
+def _set_status(rollout: Rollout, status: str, message: str, now) -> None:
     before = rollout.status
-    Rollout.objects.filter(pk=rollout.pk).update(status=status, finished_at=now, updated_at=now)
+    finished = now if status in FINISHED_ROLLOUT_STATUSES else None
+    Rollout.objects.filter(pk=rollout.pk).update(status=status, finished_at=finished, updated_at=now)
     rollout.status = status
     audit_record(
         actor=Actor.system("tessera-worker"),
@@ -155,6 +174,70 @@ def _stop_rollout(rollout: Rollout, status: str, message: str, now) -> None:
         message=message,
         now=now,
     )
+
+
+def _stop_rollout(rollout: Rollout, status: str, message: str, now, *, hold: bool = False) -> None:
+    """End the rollout, cancelling its queued nodes; with `hold`, they wait out the back-off of the node(s) whose
+    failure stopped it, so the loop does not start them again at once toward the config that just failed."""
+    queued = rollout.changes.filter(status=ChangeStatus.QUEUED)
+    held = list(queued.values_list("node_id", "to_config__config_id")) if hold else []
+    queued.update(
+        status=ChangeStatus.CANCELLED,
+        finished_at=now,
+        updated_at=now,
+        status_since=now,
+        error=message or "rollout stopped",
+    )
+    if held:
+        _backoff_hold(rollout, held, message, now)
+    _set_status(rollout, status, message, now)
+
+
+# --- back-off of failed nodes (worker.models.NodeRetry) -----------------------------------------------------------
+
+
+def backoff_seconds(failures: int) -> int:
+    """1, 2, 4 … times RETRY_BACKOFF_SECONDS after the 1st, 2nd, 3rd failure in a row, up to the cap."""
+    base, cap = settings.TESSERA["RETRY_BACKOFF_SECONDS"], settings.TESSERA["RETRY_BACKOFF_MAX_SECONDS"]
+    return min(base * 2 ** max(0, min(failures - 1, 30)), cap)
+
+
+def _backoff_record(changes: Iterable[NodeChange], error: str, now) -> None:
+    """These changes just failed: their nodes wait longer after each failure at the same config."""
+    for change in changes:
+        config_id = change.to_config.get("config_id") or ""
+        row = NodeRetry.objects.select_for_update().filter(node_id=change.node_id).first()
+        failures = row.failures + 1 if row is not None and row.config_id == config_id else 1
+        NodeRetry.objects.update_or_create(
+            node_id=change.node_id,
+            defaults={
+                "config_id": config_id,
+                "failures": failures,
+                "next_retry_at": now + timedelta(seconds=backoff_seconds(failures)),
+                "rollout_id": change.rollout_id,
+                "error": error,
+            },
+        )
+
+
+def _backoff_hold(rollout: Rollout, held: list[tuple[int, str]], message: str, now) -> None:
+    """Nodes whose queued changes a failure cancelled wait as long as the failed node(s) of their rollout."""
+    until = rollout.retries.filter(failures__gt=0).aggregate(at=Max("next_retry_at"))["at"]
+    until = until or now + timedelta(seconds=backoff_seconds(1))
+    rows = NodeRetry.objects.select_for_update().in_bulk([node_id for node_id, _ in held])
+    for node_id, config_id in held:
+        row = rows.get(node_id)
+        failures = row.failures if row is not None and row.config_id == config_id else 0
+        NodeRetry.objects.update_or_create(
+            node_id=node_id,
+            defaults={
+                "config_id": config_id or "",
+                "failures": failures,
+                "next_retry_at": max(until, row.next_retry_at) if failures else until,
+                "rollout_id": rollout.pk,
+                "error": f"held back: rollout #{rollout.pk} {message}",
+            },
+        )
 
 
 # --- stepping node changes ---------------------------------------------------------------------------------------
@@ -212,6 +295,8 @@ def _step_waiting(driver: Driver, changes: list[NodeChange], now) -> None:
             ready.append(change)
         elif policy == BusyPolicy.SKIP:
             skip.append(change)
+        elif policy == BusyPolicy.DRAIN and change.drain_started_at is None:
+            drain.append((change, busy))  # drain first, even with a 0-minute wait; then check (`_drain`)
         elif change.deadline and now > change.deadline:
             fail.append(change)
         elif policy == BusyPolicy.DRAIN:
@@ -223,10 +308,15 @@ def _step_waiting(driver: Driver, changes: list[NodeChange], now) -> None:
         _claim([change], ChangeStatus.WAITING_FOR_IDLE, ChangeStatus.SKIPPED,
                error="skipped: GPUs in use by " + _pod_names(pods[change.node.name]))  # fmt: skip
     for change in fail:
-        minutes = change.rollout.wait_minutes
-        _fail(driver, [change], f"GPUs still in use after {minutes} min by {_pod_names(pods[change.node.name])}")
+        _fail(driver, [change], f"GPUs still in use {_waited(change, now)} by {_pod_names(pods[change.node.name])}")
     if drain:
-        _drain(driver, drain)
+        _drain(driver, drain, now)
+
+
+def _waited(change: NodeChange, now) -> str:
+    if change.drain_started_at is not None:
+        return f"{round((now - change.drain_started_at).total_seconds())} s after the drain began"
+    return f"after {change.rollout.wait_minutes} min"
 
 
 def _pod_names(pods) -> str:
@@ -239,8 +329,16 @@ def _note(change: NodeChange, text: str) -> None:
         NodeChange.objects.filter(pk=change.pk, status=change.status).update(error=text, updated_at=timezone.now())
 
 
-def _drain(driver: Driver, draining: list[tuple[NodeChange, list]]) -> None:
-    """Cordon (recorded first, so a crash never leaves a node cordoned by nobody) then evict; 429 means retry later."""
+def _drain(driver: Driver, draining: list[tuple[NodeChange, list]], now) -> None:
+    """Cordon (recorded first, so a crash never leaves a node cordoned by nobody) then evict; 429 means retry later.
+
+    The first eviction starts the drain: from then the pods get at least the verify timeout to go (a 0-minute wait
+    means "drain at once", not "fail at once"), or the wait, if longer."""
+    starting = [c for c, _ in draining if c.drain_started_at is None]
+    for change in starting:
+        change.drain_started_at = now
+        change.deadline = max(change.deadline or now, now + timedelta(seconds=change.rollout.verify_timeout_seconds))
+        NodeChange.objects.filter(pk=change.pk).update(drain_started_at=now, deadline=change.deadline)
     to_cordon = [c for c, _ in draining if not c.cordoned_by_tessera and not c.node.unschedulable]
     if to_cordon:
         NodeChange.objects.filter(pk__in=[c.pk for c in to_cordon]).update(cordoned_by_tessera=True)
@@ -331,7 +429,8 @@ def _step_verifying(driver: Driver, changes: list[NodeChange], now) -> None:
     uncordon = [c for c in done if c.cordoned_by_tessera]
     errors = driver.set_cordon([c.node.name for c in uncordon], False) if uncordon else {}
     succeeded = [c for c in done if c.node.name not in errors]
-    _claim(succeeded, ChangeStatus.VERIFYING, ChangeStatus.SUCCEEDED, error="")
+    verified = _claim(succeeded, ChangeStatus.VERIFYING, ChangeStatus.SUCCEEDED, error="")
+    NodeRetry.objects.filter(node_id__in=[c.node_id for c in verified]).delete()  # the config works: no back-off left
     for change in retry:
         _claim(
             [change],
@@ -362,7 +461,10 @@ def _fail(driver: Driver, changes: list[NodeChange], reason: str) -> list[NodeCh
     Returns the changes this call failed (another step may have moved them first)."""
     failed = []
     for change in changes:
-        failed += _claim([change], change.status, ChangeStatus.FAILED, error=reason)
+        with transaction.atomic():  # the failure and its back-off commit together
+            moved = _claim([change], change.status, ChangeStatus.FAILED, error=reason)
+            _backoff_record(moved, reason, timezone.now())
+        failed += moved
     # Only a config the node ran successfully is a rollback target; an empty plugin key means "no label" (the
     # device plugin's default), which the driver restores by removing the label.
     rollback = [c for c in failed if c.from_config.get("config_state") == "success"]
@@ -410,6 +512,18 @@ def node_change_refused_busy(*, change_id: int, message: str, now=None) -> bool:
     if change.rollout.busy_policy == BusyPolicy.SKIP:
         return bool(_claim([change], change.status, ChangeStatus.SKIPPED, error="skipped: " + message))
     return bool(_fail(driver_for(change.node.cluster), [change], message))
+
+
+def node_changes_cancel(changes: Sequence[NodeChange], message: str) -> list[NodeChange]:
+    """Cancel changes still queued or waiting for idle GPUs (one that moved on meanwhile is left to finish), and
+    uncordon, once committed, the nodes Tessera cordoned to drain. Returns the changes cancelled."""
+    moved = []
+    for status in (ChangeStatus.QUEUED, ChangeStatus.WAITING_FOR_IDLE):
+        moved += _claim([c for c in changes if c.status == status], status, ChangeStatus.CANCELLED, error=message)
+    cordoned = [c.pk for c in moved if c.cordoned_by_tessera]
+    if cordoned:
+        transaction.on_commit(lambda: node_changes_uncordon(cordoned))
+    return moved
 
 
 def node_changes_uncordon(change_ids: Sequence[int]) -> None:

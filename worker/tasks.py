@@ -2,6 +2,7 @@
 
 from celery import shared_task
 from django.conf import settings
+from django.db.models import Q
 
 from core.retention import PRUNE_SOFT_TIME_LIMIT, PRUNE_TIME_LIMIT
 from fleet.models import Cluster, NodePool
@@ -10,7 +11,7 @@ from sharing import services as sharing_services
 from worker import admission as admission_module
 from worker import reconcile as reconcile_module
 from worker import services, telemetry
-from worker.choices import RolloutStatus
+from worker.choices import IN_FLIGHT_STATUSES, RolloutStatus
 from worker.inventory.cluster import cluster_health, scrape_metrics
 from worker.inventory.pods import sync_pods
 from worker.models import Rollout
@@ -28,7 +29,10 @@ def reconcile_tick() -> dict:
     with telemetry.loop_run(telemetry.RECONCILE_LOOP):
         expired = sharing_services.pins_expire()
         created = reconcile_module.reconcile()
-        active = list(Rollout.objects.filter(status=RolloutStatus.RUNNING).values_list("pk", flat=True))
+        # Running rollouts start their next nodes; any other with nodes mid-apply (paused, cancelled, superseded)
+        # gets its lost step tasks back.
+        moving = Q(status=RolloutStatus.RUNNING) | Q(changes__status__in=IN_FLIGHT_STATUSES)
+        active = list(Rollout.objects.filter(moving).values_list("pk", flat=True).distinct())
         for rollout_id in active:
             rollout_advance.apply_async((rollout_id,), expires=RECONCILE_TICK_SECONDS)
         admission = admission_module.clusters_out_of_date()

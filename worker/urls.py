@@ -10,4 +10,5 @@ urlpatterns = [
     path("rollouts/<int:pk>/pause/", views.rollout_pause, name="rollout_pause"),
     path("rollouts/<int:pk>/resume/", views.rollout_resume, name="rollout_resume"),
     path("rollouts/<int:pk>/cancel/", views.rollout_cancel, name="rollout_cancel"),
+    path("rollouts/<int:pk>/retry-now/", views.rollout_retry_now, name="rollout_retry_now"),
 ]

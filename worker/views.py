@@ -86,10 +86,16 @@ def _live_context(pk: int) -> dict:
     events = AuditEvent.objects.filter(
         Q(object_type="nodechange", object_id__in=change_ids) | Q(object_type="rollout", object_id=str(rollout.pk))
     ).order_by("-at", "-pk")[:EVENTS_SHOWN]
+    changes = list(rollout.changes.select_related("node").order_by("position"))
+    retries = {r.node_id: r for r in selectors.rollout_retries(rollout)}
+    for change in changes:
+        change.retry = retries.get(change.node_id)
     return {
         "rollout": rollout,
         "progress": _progress(rollout),
-        "changes": list(rollout.changes.select_related("node").order_by("position")),
+        "changes": changes,
+        "retries": retries,
+        "next_try": min((r.next_retry_at for r in retries.values()), default=None),
         "events": events,
         "live": rollout.status in LIVE_STATUSES,
     }
@@ -144,3 +150,16 @@ def rollout_resume(request, pk):
 def rollout_cancel(request, pk):
     """Cancel queued and waiting nodes; nodes mid-apply finish and verify."""
     return _steer(request, pk, rollouts.rollout_cancel, "cancelled")
+
+
+@role_required(Role.OPERATOR)
+@require_POST
+def rollout_retry_now(request, pk):
+    """End the back-off of the nodes this rollout's failure left waiting: the loop tries them again at once."""
+
+    def retry(*, actor, rollout):
+        retried = rollouts.rollout_retry_now(actor=actor, rollout=rollout)
+        if not retried:
+            raise ApplicationError("No node of this rollout waits for a retry any more.")
+
+    return _steer(request, pk, retry, "retried now: the reconcile loop starts its nodes again")

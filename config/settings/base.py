@@ -258,10 +258,16 @@ TESSERA = {
         "batch_size": env.int("TESSERA_ROLLOUT_BATCH_SIZE", default=10),
         "canary_count": env.int("TESSERA_ROLLOUT_CANARIES", default=1),
         "max_failures": env.int("TESSERA_ROLLOUT_MAX_FAILURES", default=2),
+        # A failed canary (or max_failures failed nodes) fails the rollout, or pauses it for a person: fail | pause.
+        "on_failure": env("TESSERA_ROLLOUT_ON_FAILURE", default="fail"),
         "busy_policy": env("TESSERA_ROLLOUT_BUSY_POLICY", default="wait"),
         "wait_minutes": env.int("TESSERA_ROLLOUT_WAIT_MINUTES", default=30),
         "verify_timeout_seconds": env.int("TESSERA_ROLLOUT_VERIFY_TIMEOUT", default=600),
     },
+    # A node whose change failed is tried again by the loop after this back-off, doubled after each failure in a
+    # row up to the cap ("retry now" on the node or rollout page skips the wait).
+    "RETRY_BACKOFF_SECONDS": env.int("TESSERA_RETRY_BACKOFF_SECONDS", default=60),
+    "RETRY_BACKOFF_MAX_SECONDS": env.int("TESSERA_RETRY_BACKOFF_MAX_SECONDS", default=3600),
     # How long history is kept, pruned daily in batches (docs/operations.md#bounded-state). The audit log is kept.
     "RETENTION": {
         # XID and ECC events of a GPU: by age, and at most this many per GPU (an XID storm stays bounded; 0: no cap).

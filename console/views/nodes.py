@@ -1,9 +1,11 @@
 """Node and GPU pages: what each reported beside what it should be (pin, schedule window or pool), its QoS
 settings beside what it runs, its change history and its agent."""
 
-from django.shortcuts import get_object_or_404, render
-from django.views.decorators.http import require_GET
+from django.contrib import messages
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
 
+from core.audit import Actor
 from core.roles import Role, has_role
 from core.views import role_required
 from fleet import selectors
@@ -15,7 +17,9 @@ from sharing import display
 from sharing.models import NodePin, QoSComplianceReport, SharingProfile
 from sharing.qos import compare_node_settings
 from sharing.services import KUBELET_SETTINGS
+from worker import rollouts
 from worker.models import NodeChange
+from worker.selectors import node_retry
 
 NODE_CHANGES = 20
 GPU_EVENTS = 50
@@ -68,10 +72,12 @@ def node_detail(request, pk):
     """One node as it last reported, beside what it should be (pin, schedule or pool); its change history and GPUs."""
     node = get_object_or_404(selectors.node_detail_queryset(), pk=pk)
     gpus = selectors.node_gpus(node)
+    desired = desired_vs_observed([node])[0]
     context = {
         "node": node,
         "gpus": gpus,
-        "desired": desired_vs_observed([node])[0],
+        "desired": desired,
+        "retry": node_retry(desired),
         "pin": NodePin.objects.filter(node=node).select_related("profile", "pinned_by").first(),
         "changes": list(NodeChange.objects.filter(node=node).select_related("rollout").order_by("-pk")[:NODE_CHANGES]),
         "qos": _node_qos(node, gpus),
@@ -106,3 +112,15 @@ def gpu_detail(request, pk):
         "events": selectors.gpu_events(gpu, limit=GPU_EVENTS),
     }
     return render(request, "console/gpu_detail.html", context)
+
+
+@role_required(Role.OPERATOR)
+@require_POST
+def node_retry_now(request, pk):
+    """End the node's back-off after a failed change: the reconcile loop tries its desired config at once."""
+    node = get_object_or_404(Node, pk=pk)
+    if rollouts.retry_now(actor=Actor.for_user(request.user), nodes=[node]):
+        messages.success(request, f"{node.name}: retrying now; the reconcile loop starts its change.")
+    else:
+        messages.info(request, f"{node.name} waits for no retry.")
+    return redirect("console:node_detail", pk=node.pk)

@@ -14,14 +14,15 @@ from fleet.models import Node
 from fleet.tables import node_table
 from scheduling.selectors import upcoming_transitions
 from sharing.models import QoSComplianceReport
+from worker.selectors import failed_nodes_q, next_retry_at_subquery, stuck_nodes_q
 
 UPCOMING_HOURS = 48
 
 
 def _overview_stats() -> dict:
     """The fleet's totals, plus QoS policy violations and stale agents for the attention list."""
-    stats = selectors.fleet_overview()
-    # One more query for all four (the overview is polled): report totals ride along as scalar subqueries.
+    stats = selectors.fleet_overview(failed_also=failed_nodes_q(), stuck_also=stuck_nodes_q())
+    # One more query for all five (the overview is polled): report totals ride along as scalar subqueries.
     reports = QoSComplianceReport.objects.order_by().annotate(one=Value(1)).values("one")
     agent = Q(cluster__driver=ClusterDriver.AGENT)
     extra = Node.objects.live().aggregate(
@@ -29,6 +30,7 @@ def _overview_stats() -> dict:
         stale_agents=Count("pk", filter=agent & Q(pk__in=Node.objects.stale(stats["now"]).values("pk"))),
         policy_violations=Max(Subquery(reports.annotate(n=Sum("violation_count")).values("n"))),
         pools_violating=Max(Subquery(reports.annotate(n=Count("pk", filter=Q(violation_count__gt=0))).values("n"))),
+        next_retry_at=Max(Subquery(next_retry_at_subquery())),
     )
     stats.update(extra, agent_stale_seconds=3 * agent_credentials.agent_interval_seconds())
     stats["policy_violations"] = extra["policy_violations"] or 0

@@ -225,6 +225,46 @@ def test_busy_gpus_drain_cordons_evicts_through_a_budget_and_uncordons(sim, core
 
 
 @pytest.mark.django_db
+def test_drain_with_a_zero_minute_wait_drains_first_then_checks(sim, core, fleet):
+    """Issue 17: a 0-minute wait failed the node at once ("GPUs still in use after 0 min") without draining it."""
+    node = "gpu-node-0005"
+    pod = sim.add_pod(node, "nvidia.com/mig-1g.10gb", 1, namespace="inference", controller="ReplicaSet")
+    guarded = f"inference/{pod['metadata']['name']}"
+    sim.faults.update({"refuse_eviction": {guarded: 2}})  # the budget says no twice: the pod outlives a 0-min wait
+    rollout = start_rollout(busy_policy="drain", wait_minutes=0, verify_timeout_seconds=120)
+    step(rollout)
+    change = rollout.changes.get(node__name=node)
+    assert change.status == "waiting_for_idle" and change.cordoned_by_tessera
+    assert change.deadline == change.drain_started_at + timedelta(seconds=120)  # the normal verification timeout
+    step(rollout)
+    change.refresh_from_db()
+    assert change.status == "waiting_for_idle"
+    assert drive(rollout, sim).status == "succeeded"
+    change.refresh_from_db()
+    assert_runs_its_change(core, change)
+    assert not core.read_node(node).spec.unschedulable
+
+
+@pytest.mark.django_db
+def test_drain_that_never_empties_the_gpus_fails_after_the_verification_timeout(sim, core, fleet):
+    node = "gpu-node-0008"
+    pod = sim.add_pod(node, "nvidia.com/mig-1g.10gb", 1, namespace="inference", controller="ReplicaSet")
+    sim.faults.update({"refuse_eviction": {f"inference/{pod['metadata']['name']}": 1000}})
+    rollout = start_rollout(busy_policy="drain", wait_minutes=0, verify_timeout_seconds=60, max_failures=5)
+    step(rollout)
+    change = rollout.changes.get(node__name=node)
+    step(rollout, now=timezone.now() + timedelta(seconds=30))
+    change.refresh_from_db()
+    assert change.status == "waiting_for_idle"
+    step(rollout, now=timezone.now() + timedelta(seconds=61))
+    change.refresh_from_db()
+    assert change.status in ("failed", "rolled_back")
+    assert change.error.startswith("GPUs still in use 6")  # "… 61 s after the drain began by inference/…"
+    assert "s after the drain began by inference/" in change.error
+    assert not core.read_node(node).spec.unschedulable  # uncordoned on failure
+
+
+@pytest.mark.django_db
 def test_busy_gpus_skip_leaves_the_node_alone(sim, core, fleet):
     node = "gpu-node-0010"
     sim.add_pod(node, "nvidia.com/mig-3g.40gb", 1, namespace="research", controller="Job")

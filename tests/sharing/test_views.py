@@ -427,9 +427,11 @@ def test_assign_and_roll_out_now_lands_on_the_rollout(client, operator, mig7, po
         "max_failures": "1",
         "busy_policy": "drain",
         "wait_minutes": "5",
+        "on_failure": "pause",
     }
     response = login(client, operator).post(reverse("console:profile_assign", args=[mig7.pk]), data)
     rollout = Rollout.objects.get()
+    assert rollout.on_failure == "pause"
     assert response.status_code == 302 and response["Location"] == rollout.get_absolute_url()
     assert (rollout.batch_size, rollout.busy_policy, rollout.wait_minutes, rollout.changes.count()) == (
         1,

@@ -3,12 +3,14 @@
 import pytest
 
 from core.audit import Actor
+from core.models import AuditEvent
 from fleet import services as fleet_services
 from fleet.models import Node
 from sharing import services as sharing_services
 from tests.factories import ClusterFactory, NodePoolFactory
-from tests.worker.test_engine import H100, _observation
-from worker.models import Rollout
+from tests.worker.test_engine import H100, _fail_canary, _observation
+from worker import reconcile, rollouts, services
+from worker.models import NodeChange, Rollout
 
 pytestmark = pytest.mark.django_db
 
@@ -72,3 +74,51 @@ def test_audit_log_filters(pool, viewer_api, operator_api, api_client):
     assert events[0]["actor_label"] == "operator"
     profile_events = viewer_api.get("/api/v1/audit-events/?object_type=sharingprofile").json()
     assert profile_events["count"] == 1
+
+
+def test_a_failed_canary_shows_its_back_off_and_operators_retry_it_now(pool, operator_api, viewer_api):
+    body = {"pool": pool.pk, "canary_count": 1, "max_failures": 3, "on_failure": "pause"}
+    (created,) = operator_api.post("/api/v1/rollouts/", body, format="json").json()
+    assert created["on_failure"] == "pause" and created["superseded_by"] is None
+    canary = _fail_canary(pool.cluster, created["id"])
+    services.rollout_advance(created["id"])
+    rollout = viewer_api.get(f"/api/v1/rollouts/{created['id']}/").json()
+    assert (rollout["status"], rollout["progress"]["counts"]) == ("paused", {"rolled_back": 1, "queued": 3})
+
+    (retry,) = viewer_api.get("/api/v1/node-retries/").json()["results"]
+    assert (retry["node_name"], retry["failures"], retry["waiting"]) == (canary.node.name, 1, True)
+    assert retry["config_id"] == canary.to_config["config_id"] and retry["rollout"] == created["id"]
+    url = f"/api/v1/node-retries/{canary.node_id}/retry-now/"
+    assert viewer_api.post(url).status_code == 403
+    assert operator_api.post(url).json() == {"retried": 1}
+    assert viewer_api.get(f"/api/v1/node-retries/{canary.node_id}/").json()["waiting"] is False
+    assert AuditEvent.objects.filter(action="node.retry_now", actor_label="operator").count() == 1
+    (again,) = reconcile.reconcile()  # the retry starts at once, beside the paused rollout's queued nodes
+    assert NodeChange.objects.get(rollout_id=again).node_id == canary.node_id
+    assert operator_api.post(f"/api/v1/rollouts/{created['id']}/retry-now/").json() == {"retried": 0}
+    assert operator_api.post("/api/v1/node-retries/999999/retry-now/").status_code == 404
+
+
+def test_rollout_state_values_and_a_bad_on_failure(pool, operator_api, viewer_api):
+    bad = operator_api.post("/api/v1/rollouts/", {"pool": pool.pk, "on_failure": "panic"}, format="json")
+    assert bad.status_code == 400 and set(bad.json()["errors"]) == {"on_failure"}
+    Rollout.objects.create(title="old", trigger="user", actor_label="x", status="superseded")
+    listed = viewer_api.get("/api/v1/rollouts/?status=superseded").json()
+    assert [r["title"] for r in listed["results"]] == ["old"]
+    schema = viewer_api.get("/api/schema/?format=json").json()
+    assert "superseded" in str(schema["components"]["schemas"])
+
+
+def test_assigning_another_profile_and_rolling_out_now_supersedes_the_running_rollout(pool, operator, admin_user):
+    (old_id,) = rollouts.rollout_start(actor=Actor.for_user(operator), nodes=pool.nodes.all(), canary_count=1)
+    whole = sharing_services.profile_create(
+        actor=Actor.for_user(admin_user), name="whole", mode="passthrough", target_products=[H100]
+    )
+    (new_id,) = rollouts.pool_assign_and_roll_out(
+        actor=Actor.for_user(operator), pool=pool, profile=whole, strategy={"batch_size": 4}
+    )
+    old = Rollout.objects.get(pk=old_id)
+    assert (old.status, old.superseded_by_id) == ("superseded", new_id)
+    assert Rollout.objects.get(pk=new_id).changes.count() == 4
+    event = AuditEvent.objects.get(action="rollout.superseded")
+    assert event.message == f"superseded: pool {pool.name}'s default profile is now whole by operator"

@@ -2,9 +2,10 @@
 verification, retries under a new name, failures, rollback, pause/resume/cancel, duplicate steps."""
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.audit import Actor
@@ -13,12 +14,12 @@ from core.models import AuditEvent
 from fleet import services as fleet_services
 from fleet.models import Node
 from fleet.observations import GpuObservation, NodeObservation
+from scheduling import services as scheduling_services
 from sharing import services as sharing_services
-from tests.factories import ClusterFactory, NodePoolFactory
 from worker import reconcile, rollouts, services
 from worker.choices import ChangeStatus, RolloutStatus
-from worker.models import NodeChange, Rollout
-from worker.selectors import PlannedChange
+from worker.models import NodeChange, NodeDrift, NodeRetry, Rollout
+from worker.selectors import PlannedChange, rollout_progress, stuck_nodes_q
 
 pytestmark = pytest.mark.django_db
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -41,23 +42,6 @@ def _observation(name, *, mig_config="", dp="", state="success", allocatable=Non
         allocatable=allocatable if allocatable is not None else {"nvidia.com/gpu": 2},
         gpus=gpus,
     )
-
-
-@pytest.fixture
-def fleet(admin_user):
-    """An agent cluster with a pool of 5 nodes running passthrough, and a MIG profile assigned to the pool."""
-    cluster = ClusterFactory(driver="agent", kubeconfig_path="")
-    pool = NodePoolFactory(cluster=cluster)
-    fleet_services.inventory_record(
-        cluster=cluster, nodes=[_observation(f"n{i}", mig_config="all-disabled", dp="whole") for i in range(5)]
-    )
-    Node.objects.update(pool=pool)
-    actor = Actor.for_user(admin_user)
-    profile = sharing_services.profile_create(
-        actor=actor, name="mig-7", mode="mig", target_products=[H100], mig_layouts={"all": {"1g.10gb": 7}}
-    )
-    sharing_services.pool_set_profile(actor=actor, pool=pool, profile=profile)
-    return cluster, pool, profile
 
 
 def _report_applied(cluster, change: NodeChange, *, state="success", allocatable=None):
@@ -144,25 +128,126 @@ def test_duplicate_steps_and_advances_do_nothing_twice(fleet):
     assert NodeChange.objects.filter(attempts=1).count() == 5
 
 
-def test_mig_manager_failure_rolls_back_and_loop_does_not_retry_forever(fleet):
-    cluster, _, _ = fleet
-    (rollout_id,) = reconcile.reconcile()
-    Rollout.objects.filter(pk=rollout_id).update(canary_count=1, max_failures=1)
+def _fail_canary(cluster, rollout_id):
+    """Start the rollout's canary and have its agent report MIG Manager failing; returns the canary's change."""
     (canary,) = services.rollout_advance(rollout_id)
     services.node_changes_step([canary])
     change = NodeChange.objects.select_related("node").get(pk=canary)
     _report_applied(cluster, change, state="failed")
     services.node_changes_step([canary])
     change.refresh_from_db()
+    return change
+
+
+def test_mig_manager_failure_rolls_back_and_loop_retries_after_a_growing_back_off(fleet, settings):
+    settings.TESSERA = {**settings.TESSERA, "RETRY_BACKOFF_SECONDS": 60, "RETRY_BACKOFF_MAX_SECONDS": 200}
+    cluster, _, _ = fleet
+    (rollout_id,) = reconcile.reconcile()
+    Rollout.objects.filter(pk=rollout_id).update(canary_count=1, max_failures=1)
+    change = _fail_canary(cluster, rollout_id)
     assert change.status == ChangeStatus.ROLLED_BACK
     assert "MIG Manager reported failed" in change.error
     services.rollout_advance(rollout_id)
     rollout = Rollout.objects.get(pk=rollout_id)
     assert rollout.status == RolloutStatus.FAILED
     assert rollout.changes.filter(status="cancelled").count() == 4
-    # The failed node is left for a human; the others are planned again.
-    again = reconcile.reconcile()
-    assert NodeChange.objects.filter(rollout_id__in=again).count() == 4
+    retry = NodeRetry.objects.get(node=change.node)
+    assert (retry.failures, retry.config_id) == (1, change.to_config["config_id"])
+    assert 59 <= (retry.next_retry_at - change.finished_at).total_seconds() <= 61
+    # The other nodes are held back with it, not started at once toward the config that just failed.
+    held = NodeRetry.objects.exclude(node=change.node)
+    assert held.count() == 4 and {r.failures for r in held} == {0}
+    assert {r.next_retry_at for r in held} == {retry.next_retry_at}
+    assert reconcile.reconcile() == []
+    assert dict(NodeDrift.objects.values_list("node__name", "reason")) == {
+        "n0": "failed", "n1": "held", "n2": "held", "n3": "held", "n4": "held"
+    }  # fmt: skip
+
+    # After the back-off, one rollout tries every node again, canary first; a second failure waits twice as long.
+    (again,) = reconcile.reconcile(at=retry.next_retry_at + timedelta(seconds=1))
+    assert Rollout.objects.get(pk=again).changes.count() == 5
+    Rollout.objects.filter(pk=again).update(canary_count=1, max_failures=1)
+    second = _fail_canary(cluster, again)
+    assert second.node_id == change.node_id
+    retry.refresh_from_db()
+    assert retry.failures == 2
+    assert 119 <= (retry.next_retry_at - second.finished_at).total_seconds() <= 121
+    assert services.backoff_seconds(3) == 200  # capped
+
+
+def test_a_failed_canary_fails_the_rollout_at_once_below_max_failures(fleet):
+    """Issue 17: with max_failures 2 a failed canary left the rollout "Running 1/5 20 %" forever, the rest queued."""
+    cluster, _, _ = fleet
+    (rollout_id,) = reconcile.reconcile()
+    Rollout.objects.filter(pk=rollout_id).update(canary_count=1, max_failures=2)
+    canary = _fail_canary(cluster, rollout_id)
+    services.rollout_advance(rollout_id)
+    rollout = Rollout.objects.with_progress().get(pk=rollout_id)
+    assert rollout.status == RolloutStatus.FAILED
+    assert rollout_progress(rollout)["percent"] == 100
+    assert set(rollout.changes.exclude(pk=canary.pk).values_list("status", flat=True)) == {"cancelled"}
+    event = AuditEvent.objects.get(action="rollout.failed", object_id=str(rollout_id))
+    assert event.message.startswith(f"canary {canary.node.name} failed: MIG Manager reported failed")
+
+
+def test_a_failed_canary_pauses_the_rollout_when_its_strategy_says_so(fleet, admin_user):
+    cluster, _, _ = fleet
+    (rollout_id,) = reconcile.reconcile()
+    Rollout.objects.filter(pk=rollout_id).update(canary_count=1, max_failures=2, on_failure="pause")
+    canary = _fail_canary(cluster, rollout_id)
+    services.rollout_advance(rollout_id)
+    rollout = Rollout.objects.get(pk=rollout_id)
+    assert rollout.status == RolloutStatus.PAUSED
+    assert rollout.changes.filter(status="queued").count() == 4
+    assert reconcile.reconcile() == []  # the paused rollout keeps its nodes; the failed one backs off
+    # Resuming accepts the failure: the next node is the canary, then the rest go.
+    rollouts.rollout_resume(actor=Actor.for_user(admin_user), rollout=rollout)
+    assert Rollout.objects.get(pk=rollout_id).accepted_failures == 1
+    assert len(services.rollout_advance(rollout_id)) == 1
+    rollout = _run(rollout, cluster)
+    assert rollout.status == RolloutStatus.FAILED  # one node never got its config
+    statuses = dict(rollout.changes.values_list("node__name", "status"))
+    assert statuses.pop(canary.node.name) == ChangeStatus.ROLLED_BACK
+    assert set(statuses.values()) == {"succeeded"}
+    assert set(NodeRetry.objects.values_list("node__name", flat=True)) == {canary.node.name}
+
+
+def test_a_skipped_canary_hands_the_canary_role_to_the_next_node(fleet):
+    (rollout_id,) = reconcile.reconcile()
+    Rollout.objects.filter(pk=rollout_id).update(canary_count=1, batch_size=5)
+    (first,) = services.rollout_advance(rollout_id)
+    services._claim(list(NodeChange.objects.filter(pk=first).select_related("node")), "waiting_for_idle", "skipped")
+    (second,) = services.rollout_advance(rollout_id)  # alone: a skipped node proved nothing
+    assert second != first
+
+
+def test_an_agent_node_with_qos_settings_that_failed_is_not_restarted_every_pass(fleet, admin_user):
+    """Issue 17: the loop compared the failure with the profile's config id, the change carried the one with the QoS
+    settings: every pass started a one-node rollout for the node that had just failed."""
+    cluster, pool, _ = fleet
+    actor = Actor.for_user(admin_user)
+    policy = sharing_services.qos_policy_create(actor=actor, name="training", transparent_hugepages="always")
+    sharing_services.pool_set_qos_policy(actor=actor, pool=pool, policy=policy)
+    (rollout_id,) = reconcile.reconcile()
+    Rollout.objects.filter(pk=rollout_id).update(canary_count=1, max_failures=1)
+    _fail_canary(cluster, rollout_id)
+    services.rollout_advance(rollout_id)
+    assert reconcile.reconcile() == []
+    assert reconcile.reconcile() == []
+
+
+def test_retry_now_ends_the_back_off_and_is_audited(fleet, operator):
+    cluster, _, _ = fleet
+    (rollout_id,) = reconcile.reconcile()
+    Rollout.objects.filter(pk=rollout_id).update(canary_count=1, max_failures=1)
+    canary = _fail_canary(cluster, rollout_id)
+    services.rollout_advance(rollout_id)
+    assert rollouts.retry_now(actor=Actor.for_user(operator), nodes=[canary.node]) == 1
+    (again,) = reconcile.reconcile()
+    assert list(NodeChange.objects.filter(rollout_id=again).values_list("node_id", flat=True)) == [canary.node_id]
+    event = AuditEvent.objects.get(action="node.retry_now")
+    assert (event.actor_label, event.object_id) == ("operator", str(canary.node_id))
+    assert rollouts.retry_now(actor=Actor.for_user(operator), nodes=[canary.node]) == 0  # nothing waits now
 
 
 def test_an_agents_earlier_failure_is_not_read_as_the_new_change_failing(fleet):
@@ -234,6 +319,10 @@ def test_one_active_change_per_node_is_a_database_rule(fleet):
             title="again",
             changes=[PlannedChange(change.node, change.to_config)],
         )
+    # Past the service's check (two passes racing), the partial unique index refuses the second active change.
+    other = Rollout.objects.create(title="racing pass", trigger="reconcile", actor_label="reconcile")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        NodeChange.objects.create(rollout=other, node=change.node, position=0, to_config=change.to_config)
 
 
 def test_stale_and_not_ready_nodes_are_not_planned(fleet):
@@ -265,3 +354,101 @@ def test_qos_node_settings_reach_agent_nodes_and_drive_drift(fleet, admin_user):
         to["config_id"] != plain_id
         and to["mig_config"] == NodeChange.objects.filter(rollout_id=first).first().to_config["mig_config"]
     )
+
+
+def _whole(actor):
+    return sharing_services.profile_create(actor=actor, name="whole", mode="passthrough", target_products=[H100])
+
+
+def test_a_new_pool_default_supersedes_the_rollout_toward_the_old_one(fleet, admin_user):
+    cluster, pool, _ = fleet
+    actor = Actor.for_user(admin_user)
+    (old_id,) = reconcile.reconcile()
+    Rollout.objects.filter(pk=old_id).update(canary_count=1)
+    (canary,) = services.rollout_advance(old_id)
+    services.node_changes_step([canary])  # mid-apply: verifying
+    sharing_services.pool_set_profile(actor=actor, pool=pool, profile=_whole(actor))
+
+    (new_id,) = reconcile.reconcile()
+    old = Rollout.objects.get(pk=old_id)
+    assert (old.status, old.superseded_by_id) == (RolloutStatus.SUPERSEDED, new_id)
+    assert old.finished_at is not None
+    statuses = dict(old.changes.values_list("pk", "status"))
+    assert statuses.pop(canary) == ChangeStatus.VERIFYING  # finishes and is verified, then follows the new state
+    assert set(statuses.values()) == {"cancelled"}
+    event = AuditEvent.objects.get(action="rollout.superseded", object_id=str(old_id))
+    assert event.message == "superseded: pool " + pool.name + "'s default profile is now whole by " + "admin"
+    assert (
+        AuditEvent.objects.get(action="rollout.superseded_by").message
+        == f"rollout #{new_id} took over 4 of its node(s)"
+    )
+    assert NodeChange.objects.filter(rollout_id=new_id).count() == 4
+    assert "superseded" in old.changes.filter(status="cancelled").first().error
+
+    _run(old, cluster)  # the canary's config verifies; the loop then rolls it to the new default
+    assert NodeChange.objects.get(pk=canary).status == ChangeStatus.SUCCEEDED
+    (follow,) = reconcile.reconcile()
+    assert NodeChange.objects.get(rollout_id=follow).node_id == NodeChange.objects.get(pk=canary).node_id
+
+
+def test_a_pin_supersedes_only_its_nodes_change(fleet, admin_user):
+    _, _, _ = fleet
+    actor = Actor.for_user(admin_user)
+    (old_id,) = reconcile.reconcile()
+    node = Node.objects.get(name="n3")
+    sharing_services.node_pin_profile(actor=actor, node=node, profile=_whole(actor))
+    (new_id,) = reconcile.reconcile()
+    old = Rollout.objects.get(pk=old_id)
+    assert old.status == RolloutStatus.RUNNING  # four nodes still want its config
+    change = old.changes.get(node=node)
+    assert (change.status, change.error) == ("cancelled", "superseded: n3 pinned to whole by admin")
+    assert list(NodeChange.objects.filter(rollout_id=new_id).values_list("node__name", flat=True)) == ["n3"]
+
+
+def test_a_schedule_window_supersedes_the_rollout_of_the_window_before(fleet, admin_user):
+    _, pool, profile = fleet
+    actor = Actor.for_user(admin_user)
+    scheduling_services.schedule_create_day_night(
+        actor=actor, pool=pool, day_profile=profile, night_profile=_whole(actor), time_zone="UTC", name="dn"
+    )
+    (day_id,) = reconcile.reconcile(at=datetime(2026, 3, 27, 19, 59, tzinfo=UTC))  # a Friday, 19:59
+    (night_id,) = reconcile.reconcile(at=datetime(2026, 3, 27, 20, 0, tzinfo=UTC))
+    day = Rollout.objects.get(pk=day_id)
+    assert (day.status, day.superseded_by_id) == (RolloutStatus.SUPERSEDED, night_id)
+    event = AuditEvent.objects.get(action="rollout.superseded")
+    assert event.message == f"superseded: schedule dn now gives pool {pool.name} whole"
+
+
+def test_the_overview_counts_a_rolled_back_node_as_failed_and_a_change_not_moving_as_stuck(
+    fleet, operator, client, viewer
+):
+    """Issue 17: the overview said "pending too long: 0" and nothing failed while a failed canary's rollout sat."""
+    cluster, _, _ = fleet
+    (rollout_id,) = reconcile.reconcile()
+    canary = _fail_canary(cluster, rollout_id)
+    services.rollout_advance(rollout_id)
+    # After the rollback the agent reports its former config, applied successfully.
+    fleet_services.inventory_record(cluster=cluster, nodes=[_observation(canary.node.name, mig_config="all-disabled",
+                                                                          dp="whole")])  # fmt: skip
+    rollouts.retry_now(actor=Actor.for_user(operator), nodes=Node.objects.filter(name="n4"))
+    (second,) = reconcile.reconcile()
+    (stuck,) = services.rollout_advance(second)
+    services.node_changes_step([stuck])
+    long_ago = timezone.now() - timedelta(minutes=15)
+    NodeChange.objects.filter(pk=stuck).update(status_since=long_ago, deadline=long_ago)  # verifying, overdue
+    reconcile.reconcile()  # a full pass records why each node differs
+
+    client.force_login(viewer)
+    stats = client.get("/").context["stats"]
+    assert (stats["failed"], stats["stuck"]) == (1, 1)
+    assert stats["next_retry_at"] == NodeRetry.objects.get(node=canary.node).next_retry_at
+    assert Node.objects.filter(config_state="failed").count() == 0  # every node reports success
+
+
+def test_queued_nodes_are_stuck_only_while_their_rollout_stopped_advancing(fleet):
+    (rollout_id,) = reconcile.reconcile()
+    NodeChange.objects.update(status_since=timezone.now() - timedelta(minutes=15))
+    stuck = Node.objects.filter(stuck_nodes_q())
+    assert stuck.count() == 5  # running, queued for 15 min, nothing in flight: its tasks were lost
+    services.rollout_advance(rollout_id)  # the canary starts: the queued ones wait behind a working node
+    assert stuck.count() == 0

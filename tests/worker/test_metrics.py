@@ -13,7 +13,7 @@ from sharing.models import SharingProfile
 from tests.factories import ClusterFactory, NodeFactory, NodePoolFactory
 from worker import telemetry
 from worker.drivers.kubernetes import api as k8s
-from worker.models import ClusterApiErrors, LoopRun, NodeChange, NodeDrift, Rollout
+from worker.models import ClusterApiErrors, LoopRun, NodeChange, NodeDrift, NodeRetry, Rollout
 from worker.selectors import Drift
 from worker.services import rollout_advance
 
@@ -30,8 +30,10 @@ def drift_of(*pairs) -> Drift:
     """A Drift of (node, reason) pairs, as worker.selectors.drift would compute it."""
     rows = [SimpleNamespace(node=node, config=None if reason == "invalid" else object()) for node, reason in pairs]
     busy = {node.pk for node, reason in pairs if reason == "changing"}
-    failed = {node.pk for node, reason in pairs if reason == "failed"}
-    return Drift(rows, busy, failed)
+    backoff = {
+        node.pk: NodeRetry(failures=int(reason == "failed")) for node, reason in pairs if reason in ("failed", "held")
+    }
+    return Drift(rows, busy, backoff)
 
 
 def test_drift_keeps_its_clock_while_the_node_keeps_differing(scrape):

@@ -9,8 +9,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.models import AuditEvent
+from fleet.models import Node
 from tests.factories import ClusterFactory, NodeFactory, NodePoolFactory
-from worker.models import NodeChange, Rollout
+from tests.worker.test_engine import _fail_canary
+from worker import reconcile, services
+from worker.models import NodeChange, NodeRetry, Rollout
 
 pytestmark = pytest.mark.django_db
 HTMX = {"HTTP_HX_REQUEST": "true"}
@@ -216,8 +219,8 @@ def test_live_partial_polls_while_running_and_stops_when_finished(client, viewer
 def test_rollout_page_query_count(client, viewer, django_assert_max_num_queries):
     rollout = make_rollout(["succeeded"] * 20 + ["queued"] * 20)
     login(client, viewer)
-    # session, user, role; rollout with progress; its changes with nodes; events
-    with django_assert_max_num_queries(6):
+    # session, user, role; rollout with progress; its changes with nodes; the nodes waiting for a retry; events
+    with django_assert_max_num_queries(7):
         assert client.get(rollout.get_absolute_url()).status_code == 200
 
 
@@ -276,3 +279,50 @@ def test_node_page_lists_its_changes_newest_first(client, viewer):
     assert section.index(f"#{new.pk}") < section.index(f"#{old.pk}")
     assert f'href="/rollouts/{old.pk}/#change-' in section
     assert 'badge--failed">Failed' in section and "GPU 1 in use" in section and 'badge--pending">Applying' in section
+
+
+# --- failures, back-off and supersede on the pages ---------------------------------------------------------------
+
+
+@pytest.fixture
+def failed_canary(fleet):
+    """Issue 17's rollout: an agent pool of 5 nodes whose canary failed; the rollout failed, the rest held."""
+    cluster, _, _ = fleet
+    (rollout_id,) = reconcile.reconcile()
+    canary = _fail_canary(cluster, rollout_id)
+    services.rollout_advance(rollout_id)
+    return Rollout.objects.get(pk=rollout_id), canary
+
+
+def test_node_page_shows_the_next_try_and_operators_retry_now(client, viewer, operator, failed_canary):
+    rollout, canary = failed_canary
+    retry = NodeRetry.objects.get(node=canary.node)
+    page = reverse("console:node_detail", args=[canary.node_id])
+    html = login(client, viewer).get(page).content.decode()
+    assert f'Last change failed · next try <time datetime="{retry.next_retry_at.isoformat()}"' in html
+    assert "MIG Manager reported failed" in html and "Retry now" not in html  # viewers see, operators act
+    url = reverse("console:node_retry_now", args=[canary.node_id])
+    assert client.post(url).status_code == 403
+    html = login(client, operator).get(page).content.decode()
+    assert f'action="{url}"' in html and "Retry now" in html
+    assert client.get(url).status_code == 405
+    response = client.post(url, follow=True)
+    assert "retrying now" in response.content.decode()
+    assert AuditEvent.objects.filter(action="node.retry_now", object_id=str(canary.node_id)).count() == 1
+    held = Node.objects.exclude(pk=canary.node_id).first()
+    assert "Held back with" in client.get(reverse("console:node_detail", args=[held.pk])).content.decode()
+
+
+def test_rollout_page_shows_failed_retries_and_superseded(client, operator, failed_canary):
+    rollout, canary = failed_canary
+    html = login(client, operator).get(rollout.get_absolute_url()).content.decode()
+    assert '<span class="badge badge--failed">Failed</span>' in html
+    assert "5 nodes wait for a retry" in html and html.count("next try") == 6  # the callout and each node
+    response = client.post(reverse("worker:rollout_retry_now", args=[rollout.pk]), **HTMX)
+    assert "retried now" in response.content.decode() and "wait for a retry" not in response.content.decode()
+    old = make_rollout(["cancelled"], status="superseded", superseded_by=rollout)
+    html = client.get(old.get_absolute_url()).content.decode()
+    assert '<span class="badge badge--stale">Superseded</span>' in html
+    assert f'superseded by <a href="{rollout.get_absolute_url()}">rollout #{rollout.pk}</a>' in html
+    listed = client.get(reverse("worker:rollout_list") + "?status=superseded").content.decode()
+    assert old.title in listed and 'value="superseded"' in listed

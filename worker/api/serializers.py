@@ -2,13 +2,14 @@
 
 from functools import partial
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from core.api.fields import RefField
 from fleet.models import Node, NodePool
 from scheduling.api.serializers import AssignRequestSerializer
 from sharing.strategy import STRATEGY_FIELDS, StrategyField, strategy_default
-from worker.models import AdmissionPolicyState, NodeChange, Rollout
+from worker.models import AdmissionPolicyState, NodeChange, NodeRetry, Rollout
 from worker.selectors import rollout_progress
 
 
@@ -42,9 +43,10 @@ class RolloutSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Rollout
-        fields = ["id", "url", "title", "trigger", "actor_label", "pool", "profile", "status", "batch_size",
-                  "canary_count", "max_failures", "busy_policy", "wait_minutes", "verify_timeout_seconds",
-                  "max_attempts", "progress", "created_at", "finished_at", "updated_at"]  # fmt: skip
+        fields = ["id", "url", "title", "trigger", "actor_label", "pool", "profile", "status", "superseded_by",
+                  "batch_size", "canary_count", "max_failures", "on_failure", "accepted_failures", "busy_policy",
+                  "wait_minutes", "verify_timeout_seconds", "max_attempts", "progress", "created_at", "finished_at",
+                  "updated_at"]  # fmt: skip
 
     def get_progress(self, rollout) -> ProgressSerializer:
         return rollout_progress(rollout)
@@ -96,6 +98,29 @@ class ProfileAssignSerializer(AssignRequestSerializer):
         help_text="Start a rollout with this strategy in the same transaction ({} for the defaults); without it, "
         "the reconcile loop rolls the change out with its defaults.",
     )
+
+
+class NodeRetrySerializer(serializers.ModelSerializer):
+    """A node waiting out the back-off after its change to `config_id` failed (`failures` > 0), or held back with a
+    node of its rollout that failed (`failures` 0): the loop tries again at `next_retry_at`."""
+
+    node = RefField("node-detail", read_only=True)
+    node_name = serializers.CharField(source="node.name", read_only=True)
+    waiting = serializers.SerializerMethodField()
+
+    class Meta:
+        model = NodeRetry
+        fields = ["node", "node_name", "config_id", "failures", "next_retry_at", "waiting", "rollout", "error",
+                  "updated_at"]  # fmt: skip
+        read_only_fields = fields
+
+    def get_waiting(self, retry) -> bool:
+        """Whether the back-off still runs (false: the loop retries on its next pass)."""
+        return retry.next_retry_at > timezone.now()
+
+
+class RetryNowSerializer(serializers.Serializer):
+    retried = serializers.IntegerField(help_text="nodes whose back-off ended now (0: none was waiting)")
 
 
 class AdmissionPolicyStateSerializer(serializers.ModelSerializer):

@@ -8,6 +8,7 @@ from worker.api import views
 router = SimpleRouter()
 router.register("rollouts", views.RolloutViewSet)
 router.register("node-changes", views.NodeChangeViewSet)
+router.register("node-retries", views.NodeRetryViewSet)
 router.register("admission-policies", views.AdmissionPolicyStateViewSet)
 
 urlpatterns = [

@@ -19,7 +19,7 @@ from worker import config_import, rollouts
 from worker.admission import admission_state_forget, admission_states
 from worker.api import serializers
 from worker.filtersets import NodeChangeFilterSet, RolloutFilterSet
-from worker.models import NodeChange, Rollout
+from worker.models import NodeChange, NodeRetry, Rollout
 
 
 class RolloutViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -73,6 +73,34 @@ class RolloutViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def cancel(self, request, pk=None):
         """Cancel nodes not yet applying; nodes mid-apply finish and are verified."""
         return self._steer(request, rollouts.rollout_cancel)
+
+    @extend_schema(request=None, responses=serializers.RetryNowSerializer)
+    @action(detail=True, methods=["post"], url_path="retry-now")
+    def retry_now(self, request, pk=None):
+        """End the back-off of every node this rollout's failure left waiting (failed or held back with it): the
+        reconcile loop tries them again at once. Audited per node."""
+        retried = rollouts.rollout_retry_now(actor=Actor.from_request(request), rollout=self.get_object())
+        return Response({"retried": retried})
+
+
+class NodeRetryViewSet(viewsets.ReadOnlyModelViewSet):
+    """Nodes whose last change failed (or was held back with one that failed), with when the loop tries again; the
+    id is the node's. `retry-now` (operators) ends the wait."""
+
+    queryset = NodeRetry.objects.select_related("node").order_by("next_retry_at", "pk")
+    serializer_class = serializers.NodeRetrySerializer
+    filterset_fields = ["rollout", "failures"]
+    ordering_fields = ["next_retry_at", "failures", "updated_at"]
+    search_fields = ["node__name", "error"]
+    write_role = Role.OPERATOR
+
+    @extend_schema(request=None, responses=serializers.RetryNowSerializer)
+    @action(detail=True, methods=["post"], url_path="retry-now")
+    def retry_now(self, request, pk=None):
+        """End this node's back-off: the reconcile loop tries its desired config at once (audited)."""
+        retry = self.get_object()
+        retried = rollouts.retry_now(actor=Actor.from_request(request), nodes=[retry.node])
+        return Response({"retried": retried})
 
 
 def _created(rollout: Rollout, context: dict) -> Response:
