@@ -12,6 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
@@ -32,6 +33,13 @@ from core.roles import Role, has_role, user_role
 def healthz(request):
     """Liveness: the process answers."""
     return JsonResponse({"status": "ok"})
+
+
+@require_GET
+def favicon(request):
+    """Browsers ask for /favicon.ico on pages that link no icon (Django's admin, Swagger UI's split view): the
+    logo, not a 404."""
+    return redirect(static("icons/tessera.svg"), permanent=True)
 
 
 @require_GET
