@@ -8,6 +8,7 @@ urlpatterns = [
     path("overview/stats/", overview.overview_stats, name="overview_stats"),
     path("nodes/<int:pk>/", nodes.node_detail, name="node_detail"),
     path("nodes/<int:pk>/state/", nodes.node_state, name="node_state"),
+    path("uuid-conflicts/<int:pk>/resolve/", nodes.uuid_conflict_resolve_view, name="uuid_conflict_resolve"),
     path("gpus/<int:pk>/", nodes.gpu_detail, name="gpu_detail"),
     path("pools/<int:pk>/", pools.pool_detail, name="pool_detail"),
     path("clusters/<int:pk>/import/", config_import.cluster_import, name="cluster_import"),

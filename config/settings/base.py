@@ -245,6 +245,9 @@ TESSERA = {
     # 0 writes each at once.
     "AGENT_REPORT_FLUSH_SECONDS": env.float("TESSERA_AGENT_REPORT_FLUSH_SECONDS", default=0.2),
     "API_MAX_PAGE_SIZE": 1000,
+    # Hours an agent's request to register an existing node waits for an admin's approval; then it expires (an agent
+    # still asking makes a new request) and the daily prune deletes it.
+    "PENDING_AGENT_TTL_HOURS": env.int("TESSERA_PENDING_AGENT_TTL_HOURS", default=24),
     # Reverse proxies in front of Tessera that append the client's address to X-Forwarded-For (0: none; the header
     # is then ignored, since a client can write it): throttles and audit key on the address they vouch for.
     "TRUSTED_PROXY_COUNT": env.int("TESSERA_TRUSTED_PROXY_COUNT", default=0),
