@@ -84,7 +84,7 @@ NO_ROLE = "Your account has no role yet: ask an admin to give you one (viewer, o
 
 def role_required(role: Role):
     """Sign-in first, then 403 for a user below `role`: every UI view goes through this, reads with Role.VIEWER,
-    as the API asks a viewer role for every read (tests/core/test_ui_roles.py tries every page)."""
+    as the API asks a viewer role for every read (tests/core/test_authz_matrix.py tries every route)."""
 
     def decorator(view):
         @wraps(view)
