@@ -8,8 +8,10 @@ from urllib.parse import urlsplit
 
 import pytest
 from django.contrib.auth.models import Group
+from django.utils import timezone
 from playwright.sync_api import expect
 
+from fleet.models import UuidConflict
 from tests.factories import ClusterFactory, GpuFactory, NodeFactory, NodePoolFactory, UserFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -144,3 +146,22 @@ def test_main_pages_and_live_checks_fetch_nothing_outside_and_log_no_error(page,
     expect(page.get_by_role("link", name="gpu-node-01")).to_be_visible()
     page.wait_for_load_state("networkidle")
     assert errors == [] and outside == [], (errors, outside)
+
+
+def test_an_admin_settles_a_gpu_uuid_conflict_from_the_node_page(page, live_server, fleet):
+    holder = fleet.nodes.get()
+    gpu = holder.gpus.get()
+    reporter = NodeFactory(cluster=fleet.cluster, pool=fleet, name="gpu-node-02")
+    now = timezone.now()
+    UuidConflict.objects.create(node=reporter, holder=holder, uuid=gpu.uuid, kind="gpu", first_seen_at=now,
+                                last_seen_at=now)  # fmt: skip
+    sign_in(page, live_server, "ui-admin")
+    page.goto(f"{live_server.url}/nodes/{holder.pk}/")
+    callout = page.locator("#uuid-conflicts")
+    expect(callout).to_contain_text(gpu.uuid)
+    callout.get_by_role("button", name="Give it to gpu-node-02").click()
+    expect(page.get_by_text(f"GPU {gpu.uuid} now belongs to node gpu-node-02.")).to_be_visible()
+    assert page.url == f"{live_server.url}/nodes/{holder.pk}/"
+    expect(page.locator("#uuid-conflicts")).to_have_count(0)
+    gpu.refresh_from_db()
+    assert gpu.gone_at is not None
