@@ -198,6 +198,24 @@ def test_an_admin_keeps_the_uuid_with_its_holder_from_the_node_page(node_a, node
     assert UuidConflict.objects.filter(node=b, resolved_at__isnull=True).count() == 1
 
 
+def test_an_admin_gives_a_mig_uuid_to_the_reporter(node_a, node_b, admin_api):
+    backend_a, a, client_a = node_a
+    backend_b, b, client_b = node_b
+    _with_mig(backend_a)
+    assert _post(client_a, report_of(backend_a)).status_code == 200
+    stolen = report_of(backend_a).gpus[0].mig_devices[0]
+    _with_mig(backend_b)
+    own = report_of(backend_b)
+    gpu = dataclasses.replace(own.gpus[0], mig_devices=(stolen, *own.gpus[0].mig_devices[1:]))
+    report = dataclasses.replace(own, gpus=(gpu, *own.gpus[1:]), hostname="gpu-b")
+    assert _post(client_b, report).status_code == 409
+    conflict = UuidConflict.objects.get(node=b)
+    settled = admin_api.post(f"/api/v1/uuid-conflicts/{conflict.pk}/resolve/", {"owner": "reporter"}, format="json")
+    assert settled.status_code == 200 and not MigDevice.objects.filter(uuid=stolen.uuid).exists()
+    assert _post(client_b, report).status_code == 200
+    assert MigDevice.objects.get(uuid=stolen.uuid).gpu.node == b
+
+
 def test_a_uuid_twice_in_one_report_is_a_400(node_a):
     backend, _, client = node_a
     report = report_of(backend)
