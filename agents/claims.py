@@ -15,6 +15,7 @@ from core.exceptions import ApplicationError
 from fleet.models import Gpu, MigDevice, Node, UuidConflict
 
 _NAMED = 5  # UUIDs named in a refusal's message; the field errors list all
+OWNERS = ("holder", "reporter")  # who keeps a UUID when an admin settles a conflict
 
 
 @dataclass(frozen=True)
@@ -151,3 +152,42 @@ def release_stale_mig_uuids(node: Node, report: Report) -> None:
     stale = [pk for pk, uuid, gpu_uuid in stored if reported[uuid] != gpu_uuid]
     if stale:
         MigDevice.objects.filter(pk__in=stale).delete()
+
+
+@transaction.atomic
+def uuid_conflict_resolve(*, actor: Actor, conflict: UuidConflict, owner: str, now=None) -> UuidConflict:
+    """An admin settles an open conflict, audited on both nodes. `holder`: the UUID stays where it is and the conflict
+    closes (after revoking an impostor's credential, say); the reporter naming it again is refused again.
+    `reporter`: the holder was wrong (it reported the GPU first); its GPU is marked gone (its MIG device forgotten),
+    so the reporter's next report is accepted and the GPU's history moves with it. The holder's next report is read
+    whole: while both nodes keep reporting the UUID, the first to report it holds it, so revoke the wrong node's
+    credential before settling."""
+    if owner not in OWNERS:
+        problem = f"must be one of: {', '.join(OWNERS)}"
+        raise ApplicationError(f"Invalid input: owner: {problem}", errors={"owner": [problem]})
+    now = now or timezone.now()
+    conflict = UuidConflict.objects.select_for_update().select_related("node", "holder").get(pk=conflict.pk)
+    if conflict.resolved_at is not None:
+        raise ApplicationError("This conflict is resolved already.", status=409)
+    if owner == "reporter":
+        if conflict.kind == UuidConflict.Kind.GPU:
+            Gpu.objects.filter(node=conflict.holder, uuid=conflict.uuid, gone_at__isnull=True).update(gone_at=now)
+        else:
+            MigDevice.objects.filter(gpu__node=conflict.holder, uuid=conflict.uuid).delete()
+        Node.objects.filter(pk=conflict.holder_id).update(agent_report_hash="")
+    conflict.resolved_at = now
+    conflict.save(update_fields=["resolved_at"])
+    kept_by = conflict.holder if owner == "holder" else conflict.node
+    what = f"{conflict.get_kind_display()} {conflict.uuid}"
+    after = {"uuid": conflict.uuid, "kind": conflict.kind, "reporter": conflict.node.name,
+             "holder": conflict.holder.name, "owner": kept_by.name}  # fmt: skip
+    for node in (conflict.node, conflict.holder):
+        audit_record(
+            actor=actor,
+            action="node.uuid_conflict_resolved",
+            obj=node,
+            after=after,
+            message=f"Conflict over {what} settled: it belongs to node {kept_by.name}.",
+            now=now,
+        )
+    return conflict

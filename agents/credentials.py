@@ -185,9 +185,12 @@ def _pending_or_approved(
             status=403,
         )
     key_hash = hashlib.sha256(request_key.encode()).hexdigest()
+    # An expired request is no request: the agent still asking makes a new one, for an admin to see afresh.
+    PendingAgent.objects.expired(now).filter(node=node, key_hash=key_hash).delete()
     pending = PendingAgent.objects.select_for_update().filter(node=node, key_hash=key_hash).first()
     if pending is None:
-        if PendingAgent.objects.filter(node=node, status=PendingAgent.Status.PENDING).count() >= MAX_PENDING_PER_NODE:
+        waiting = PendingAgent.objects.current(now).filter(node=node, status=PendingAgent.Status.PENDING)
+        if waiting.count() >= MAX_PENDING_PER_NODE:
             raise ApplicationError(
                 f"Node {node.name} has {MAX_PENDING_PER_NODE} registrations waiting for an admin already.", status=429
             )

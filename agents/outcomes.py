@@ -7,6 +7,7 @@ from agent.protocol import Outcome
 from agents.choices import SERVING_STATUSES
 from agents.claims import refuse_foreign_uuids
 from agents.reports import agent_report_record
+from core.exceptions import ApplicationError
 from fleet.choices import ConfigState
 from fleet.models import Node
 from worker.models import NodeChange
@@ -16,10 +17,15 @@ from worker.tasks import node_changes_step
 
 def agent_outcome_record(*, node: Node, outcome: Outcome, now=None) -> bool:
     """Record an apply outcome: the fresh report, then what it means for the change. Repeats change nothing; an
-    outcome for a change that is not the node's, or no longer in flight, only records its report. Returns whether
-    the change was acted on. A report naming another node's GPUs is refused (409) before anything is written, so
-    the conflict it records stays."""
+    outcome for a change of the node no longer in flight, or for none that exists, only records its report. Returns
+    whether the change was acted on. An outcome for another node's change is refused (403), and a report naming
+    another node's GPUs (409), before anything is written (the conflict it records stays)."""
     now = now or timezone.now()
+    if outcome.change_id is not None and NodeChange.objects.filter(pk=outcome.change_id).exclude(node=node).exists():
+        raise ApplicationError(
+            f"Change {outcome.change_id} is not one of node {node.name}: an agent reports its own node's changes.",
+            status=403,
+        )
     refuse_foreign_uuids(node=node, report=outcome.report, now=now)
     return _record_outcome(node, outcome, now)
 

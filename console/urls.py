@@ -9,6 +9,7 @@ urlpatterns = [
     path("nodes/<int:pk>/", nodes.node_detail, name="node_detail"),
     path("nodes/<int:pk>/state/", nodes.node_state, name="node_state"),
     path("nodes/<int:pk>/retry-now/", nodes.node_retry_now, name="node_retry_now"),
+    path("uuid-conflicts/<int:pk>/resolve/", nodes.uuid_conflict_resolve_view, name="uuid_conflict_resolve"),
     path("gpus/<int:pk>/", nodes.gpu_detail, name="gpu_detail"),
     path("pools/new/", pools.pool_create, name="pool_create"),
     path("pools/members/", pools.pool_members, name="pool_members"),

@@ -13,6 +13,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.urls import reverse
 from django.utils.text import capfirst
 from django.views.decorators.cache import never_cache
@@ -34,6 +35,13 @@ from core.roles import Role, has_role, user_role
 def healthz(request):
     """Liveness: the process answers."""
     return JsonResponse({"status": "ok"})
+
+
+@require_GET
+def favicon(request):
+    """Browsers ask for /favicon.ico on pages that link no icon (Django's admin, Swagger UI's split view): the
+    logo, not a 404."""
+    return redirect(static("icons/tessera.svg"), permanent=True)
 
 
 @require_GET
@@ -78,7 +86,7 @@ NO_ROLE = "Your account has no role yet: ask an admin to give you one (viewer, o
 
 def role_required(role: Role):
     """Sign-in first, then 403 for a user below `role`: every UI view goes through this, reads with Role.VIEWER,
-    as the API asks a viewer role for every read (tests/core/test_ui_roles.py tries every page)."""
+    as the API asks a viewer role for every read (tests/core/test_authz_matrix.py tries every route)."""
 
     def decorator(view):
         @wraps(view)

@@ -181,14 +181,23 @@ def node_agent_revoke(*, actor: Actor, node: Node, now=None) -> AgentCredential:
 @transaction.atomic
 def pending_agent_decide(*, actor: Actor, pending: PendingAgent, approve: bool, now=None) -> PendingAgent:
     """Approve (the agent collects a credential at its next call; the node's current one is revoked then) or reject
-    (its next call gets 403 and it stops) an agent's request to register an existing node; 409 once decided."""
+    (its next call gets 403 and it stops) an agent's request to register an existing node; 409 once decided or
+    expired."""
     now = now or timezone.now()
     status = PendingAgent.Status.APPROVED if approve else PendingAgent.Status.REJECTED
     decided_by = actor.user if getattr(actor.user, "pk", None) else None
-    if not PendingAgent.objects.filter(pk=pending.pk, status=PendingAgent.Status.PENDING).update(
-        status=status, decided_at=now, decided_by=decided_by
+    if (
+        not PendingAgent.objects.current(now)
+        .filter(pk=pending.pk, status=PendingAgent.Status.PENDING)
+        .update(status=status, decided_at=now, decided_by=decided_by)
     ):
         pending.refresh_from_db()
+        if pending.status == PendingAgent.Status.PENDING:
+            raise ApplicationError(
+                f"The request {pending.fingerprint} for node {pending.node.name} expired: it waited more than "
+                f"{settings.TESSERA['PENDING_AGENT_TTL_HOURS']} hours. An agent still asking makes a new one.",
+                status=409,
+            )
         raise ApplicationError(
             f"The request {pending.fingerprint} for node {pending.node.name} is {pending.status} already.", status=409
         )

@@ -9,7 +9,15 @@ from django.urls import reverse
 from core.fields import NameField
 from fleet.choices import ClusterDriver, ClusterMigStrategy, ConfigState, ConnectionState, GpuHealth, SharingMode
 from fleet.health import health_words, missing_signals
-from fleet.querysets import ClusterQuerySet, GpuQuerySet, MigDeviceQuerySet, NodePoolQuerySet, NodeQuerySet
+from fleet.querysets import (
+    ClusterQuerySet,
+    GpuQuerySet,
+    MigDeviceQuerySet,
+    NodePoolQuerySet,
+    NodeQuerySet,
+    PendingAgentQuerySet,
+    pending_agent_ttl,
+)
 from sharing.spec import catalog_product, mps_honours_fail_false
 
 HTTP_URL = URLValidator(schemes=["http", "https"], message="Enter an http:// or https:// URL.")
@@ -502,6 +510,8 @@ class PendingAgent(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
     decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
 
+    objects = PendingAgentQuerySet.as_manager()
+
     class Meta:
         ordering = ["-requested_at", "-pk"]
         constraints = [
@@ -511,6 +521,11 @@ class PendingAgent(models.Model):
 
     def __str__(self):
         return f"{self.node.name} ({self.fingerprint})"
+
+    @property
+    def expires_at(self):
+        """Until when an admin may approve it (only a request still waiting expires)."""
+        return self.requested_at + pending_agent_ttl()
 
     @property
     def fingerprint(self) -> str:

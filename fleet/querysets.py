@@ -20,6 +20,17 @@ def agent_stale_cutoff(now=None):
     return (now or timezone.now()) - timedelta(seconds=3 * settings.TESSERA.get("AGENT_INTERVAL_SECONDS", 15))
 
 
+def pending_agent_ttl() -> timedelta:
+    """How long a registration request waits for an admin: then it expires, can no longer be approved, and the
+    fleet's prune deletes it (TESSERA["PENDING_AGENT_TTL_HOURS"])."""
+    return timedelta(hours=settings.TESSERA["PENDING_AGENT_TTL_HOURS"])
+
+
+def pending_agent_cutoff(now=None):
+    """Requests waiting since before this instant have expired."""
+    return (now or timezone.now()) - pending_agent_ttl()
+
+
 def _fresh_q(now=None) -> Q:
     now = now or timezone.now()
     agent = Q(cluster__driver=ClusterDriver.AGENT)
@@ -109,3 +120,16 @@ class GpuQuerySet(models.QuerySet):
 class MigDeviceQuerySet(models.QuerySet):
     def in_use(self):
         return self.exclude(in_use_by="")
+
+
+class PendingAgentQuerySet(models.QuerySet):
+    def _expired_q(self, now=None) -> Q:
+        return Q(status="pending", requested_at__lt=pending_agent_cutoff(now))
+
+    def expired(self, now=None):
+        """Requests that waited for an admin longer than TESSERA["PENDING_AGENT_TTL_HOURS"]."""
+        return self.filter(self._expired_q(now))
+
+    def current(self, now=None):
+        """Every request but the expired ones: what admins see and may decide."""
+        return self.exclude(self._expired_q(now))

@@ -1,5 +1,5 @@
 """The fleet's history kept for a while, then pruned: GPU events, nodes and GPUs gone from their cluster, pods of
-gone nodes, replaced agent credentials (settings: TESSERA["RETENTION"])."""
+gone nodes, replaced agent credentials (settings: TESSERA["RETENTION"]), expired agent registration requests."""
 
 from datetime import datetime
 
@@ -7,7 +7,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from core.retention import cutoff, delete_in_batches, retention, unreferenced
-from fleet.models import AgentCredential, Gpu, GpuEvent, Node, Pod
+from fleet.models import AgentCredential, Gpu, GpuEvent, Node, PendingAgent, Pod
 
 
 def _gpu_events_over_cap(cap: int) -> int:
@@ -42,4 +42,6 @@ def fleet_prune(*, now: datetime | None = None) -> dict:
         "revoked_credentials": delete_in_batches(
             AgentCredential.objects.filter(revoked_at__lt=cutoff("REVOKED_CREDENTIALS_DAYS", now))
         ),
+        # Registration requests no admin decided in time (TESSERA["PENDING_AGENT_TTL_HOURS"]): never approvable.
+        "expired_pending_agents": delete_in_batches(PendingAgent.objects.expired(now)),
     }

@@ -530,9 +530,11 @@ PENDING_AGENTS_SHOWN = 50
 
 
 def pending_agents() -> list[PendingAgent]:
-    """Agents waiting for an admin to approve their registration of an existing node, oldest first."""
+    """Agents waiting for an admin to approve their registration of an existing node, oldest first; expired
+    requests are not shown."""
     return list(
-        PendingAgent.objects.filter(status=PendingAgent.Status.PENDING)
+        PendingAgent.objects.current()
+        .filter(status=PendingAgent.Status.PENDING)
         .select_related("node", "node__cluster", "join_token")
         .order_by("requested_at", "pk")[:PENDING_AGENTS_SHOWN]
     )

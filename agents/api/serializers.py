@@ -11,8 +11,9 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from agent import protocol
+from agents.claims import OWNERS
 from core.api.fields import RefField, db_max_value
-from fleet.models import AgentCredential, AgentJoinToken, Cluster, PendingAgent
+from fleet.models import AgentCredential, AgentJoinToken, Cluster, PendingAgent, UuidConflict
 
 # --- decoding: the protocol's codec, compiled -----------------------------------------------------------------------
 
@@ -264,6 +265,7 @@ class PendingAgentSerializer(serializers.ModelSerializer):
     join_token = serializers.SlugRelatedField(slug_field="name", read_only=True)
     decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     fingerprint = serializers.CharField(read_only=True)
+    expires_at = serializers.DateTimeField(read_only=True, help_text="Approvable until then, while it waits.")
 
     class Meta:
         model = PendingAgent
@@ -276,8 +278,27 @@ class PendingAgentSerializer(serializers.ModelSerializer):
             "agent_version",
             "address",
             "requested_at",
+            "expires_at",
             "last_asked_at",
             "decided_at",
             "decided_by",
         ]
         read_only_fields = fields
+
+
+class UuidConflictSerializer(serializers.ModelSerializer):
+    """A UUID a node (`node`, the reporter) reported while another (`holder`) holds it; open until `resolved_at`."""
+
+    node = RefField("node-detail", read_only=True)
+    holder = RefField("node-detail", read_only=True)
+
+    class Meta:
+        model = UuidConflict
+        fields = ["id", "node", "holder", "uuid", "kind", "first_seen_at", "last_seen_at", "reports", "resolved_at"]
+        read_only_fields = fields
+
+
+class UuidConflictResolveSerializer(serializers.Serializer):
+    owner = serializers.ChoiceField(
+        choices=OWNERS, help_text="holder: the UUID stays where it is; reporter: the holder's GPU is released."
+    )

@@ -10,6 +10,7 @@ router = SimpleRouter()
 router.register("agent-join-tokens", views.AgentJoinTokenViewSet)
 router.register("agent-credentials", views.AgentCredentialViewSet)
 router.register("pending-agents", views.PendingAgentViewSet)
+router.register("uuid-conflicts", views.UuidConflictViewSet)
 
 urlpatterns = [
     # The node agent's endpoints (agent/protocol.py): a node credential, never a user. First: the most called.

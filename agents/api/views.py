@@ -29,7 +29,7 @@ from agent.protocol import (
     ReportMetrics,
     ReportResponse,
 )
-from agents import credentials, outcomes, reports, selectors
+from agents import claims, credentials, outcomes, reports, selectors
 from agents.api import serializers as s
 from agents.authentication import AgentCredentialAuthentication, AgentRateThrottle, AgentRegisterThrottle, IsAgent
 from core.addresses import client_address
@@ -38,7 +38,7 @@ from core.exceptions import ApplicationError
 from core.roles import Role
 from fleet import agent_credentials
 from fleet.api.protocol import protocol_serializer
-from fleet.models import AgentCredential, AgentJoinToken, Node, PendingAgent
+from fleet.models import AgentCredential, AgentJoinToken, Node, PendingAgent, UuidConflict
 
 AGENT_TAG = "agent"
 mirror = protocol_serializer
@@ -214,7 +214,15 @@ class AgentOutcomeView(AgentView):
     @extend_schema(
         tags=[AGENT_TAG],
         request=mirror(Outcome),
-        responses={200: OpenApiResponse(description="Recorded: an empty object."), **INVALID, **ERRORS, **FOREIGN},
+        responses={
+            200: OpenApiResponse(description="Recorded: an empty object."),
+            **INVALID,
+            **ERRORS,
+            403: OpenApiResponse(
+                ERROR, description="The outcome names another node's change, or its report another node."
+            ),
+            **FOREIGN,
+        },
     )
     def post(self, request):
         outcome = _decode(Outcome, request.data)
@@ -270,10 +278,17 @@ class AgentCredentialViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class PendingAgentViewSet(viewsets.ReadOnlyModelViewSet):
-    """Agents asking to register an existing node without its credential (admins): approve or reject each."""
+    """Agents asking to register an existing node without its credential (admins): approve or reject each within
+    TESSERA["PENDING_AGENT_TTL_HOURS"] of the request."""
 
     queryset = PendingAgent.objects.select_related("node", "join_token", "decided_by").order_by("-requested_at", "-pk")
     serializer_class = s.PendingAgentSerializer
+
+    def get_queryset(self):
+        """Expired requests are not listed (the daily prune deletes them); deciding one says it expired (409)."""
+        queryset = super().get_queryset()
+        return queryset.current() if self.action == "list" else queryset
+
     action_roles = {"list": Role.ADMIN, "retrieve": Role.ADMIN, "approve": Role.ADMIN, "reject": Role.ADMIN}
     filterset_fields = ["node", "status"]
 
@@ -294,6 +309,26 @@ class PendingAgentViewSet(viewsets.ReadOnlyModelViewSet):
             actor=Actor.from_request(request), pending=self.get_object(), approve=approve
         )
         return Response(self.get_serializer(pending).data)
+
+
+class UuidConflictViewSet(viewsets.ReadOnlyModelViewSet):
+    """GPU and MIG UUIDs a node reported while another node holds them (reads: viewers); an admin settles one."""
+
+    queryset = UuidConflict.objects.select_related("node", "holder")
+    serializer_class = s.UuidConflictSerializer
+    action_roles = {"resolve": Role.ADMIN}
+    filterset_fields = {"node": ["exact"], "holder": ["exact"], "resolved_at": ["isnull"]}
+
+    @extend_schema(request=s.UuidConflictResolveSerializer, responses={200: s.UuidConflictSerializer, 409: ERROR})
+    @action(detail=True, methods=["post"])
+    def resolve(self, request, pk=None):
+        """Settle an open conflict: the UUID stays with its holder, or goes to the reporter (docs/security.md)."""
+        serializer = s.UuidConflictResolveSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        conflict = claims.uuid_conflict_resolve(
+            actor=Actor.from_request(request), conflict=self.get_object(), owner=serializer.validated_data["owner"]
+        )
+        return Response(self.get_serializer(conflict).data)
 
 
 class NodeAgentRevokeView(APIView):

@@ -64,7 +64,7 @@ MIDDLEWARE = [
 
 # No inline script anywhere (pages, HTMX fragments, the API docs, Django's admin): script only from our own static
 # files, so an injected <script> or onclick= does not run. Inline style stays allowed: bars and meters set their
-# width in a style attribute, and style cannot run code. Redoc builds a web worker from a blob.
+# width in a style attribute, and style cannot run code.
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": [SELF],
@@ -73,7 +73,6 @@ CONTENT_SECURITY_POLICY = {
         "img-src": [SELF, "data:"],
         "font-src": [SELF, "data:"],
         "connect-src": [SELF],
-        "worker-src": [SELF, "blob:"],
         "object-src": [NONE],
         "base-uri": [SELF],
         "form-action": [SELF],
@@ -185,7 +184,8 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["core.permissions.ApiDocsPermission"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
+    # No online validator badge: Swagger UI would fetch it from validator.swagger.io.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "COMPONENT_SPLIT_REQUEST": True,
     # Tags and operation ids from the resource (`gpus`, `gpus_list`), not from the version prefix.
     "SCHEMA_PATH_PREFIX": r"/api/v[0-9]+",
@@ -248,6 +248,9 @@ TESSERA = {
     # 0 writes each at once.
     "AGENT_REPORT_FLUSH_SECONDS": env.float("TESSERA_AGENT_REPORT_FLUSH_SECONDS", default=0.2),
     "API_MAX_PAGE_SIZE": 1000,
+    # Hours an agent's request to register an existing node waits for an admin's approval; then it expires (an agent
+    # still asking makes a new request) and the daily prune deletes it.
+    "PENDING_AGENT_TTL_HOURS": env.int("TESSERA_PENDING_AGENT_TTL_HOURS", default=24),
     # Reverse proxies in front of Tessera that append the client's address to X-Forwarded-For (0: none; the header
     # is then ignored, since a client can write it): throttles and audit key on the address they vouch for.
     "TRUSTED_PROXY_COUNT": env.int("TESSERA_TRUSTED_PROXY_COUNT", default=0),

@@ -5,12 +5,14 @@ from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from agents.claims import uuid_conflict_resolve
 from core.audit import Actor
+from core.exceptions import ApplicationError
 from core.roles import Role, has_role
-from core.views import role_required
+from core.views import redirect_after_change, role_required
 from fleet import selectors
 from fleet.choices import ClusterDriver
-from fleet.models import AgentCredential, Node
+from fleet.models import AgentCredential, Node, UuidConflict
 from fleet.querysets import agent_stale_cutoff
 from scheduling.selectors import desired_vs_observed, pool_states
 from sharing import display
@@ -88,6 +90,24 @@ def node_detail(request, pk):
     if has_role(request.user, Role.OPERATOR):
         context["pin_profiles"] = SharingProfile.objects.only("pk", "name", "mode")
     return render(request, "console/node_detail.html", context)
+
+
+@role_required(Role.ADMIN)
+@require_POST
+def uuid_conflict_resolve_view(request, pk):
+    """Settle a UUID conflict from either node's page: the UUID stays with its holder or goes to the reporter."""
+    conflict = get_object_or_404(UuidConflict.objects.select_related("node", "holder"), pk=pk)
+    # Back to the page the button was on: the holder's or the reporter's.
+    back = conflict.holder if request.POST.get("next_node") == str(conflict.holder_id) else conflict.node
+    owner = request.POST.get("owner", "")
+    try:
+        uuid_conflict_resolve(actor=Actor.for_user(request.user), conflict=conflict, owner=owner)
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        kept_by = conflict.holder if owner == "holder" else conflict.node
+        messages.success(request, f"{conflict.get_kind_display()} {conflict.uuid} now belongs to node {kept_by.name}.")
+    return redirect_after_change(request, back.get_absolute_url())
 
 
 @role_required(Role.VIEWER)

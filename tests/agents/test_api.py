@@ -675,12 +675,14 @@ def test_refused_busy_goes_back_to_the_busy_policy(rollout_on_a, policy, expecte
     assert AuditEvent.objects.filter(action="change.waiting_for_idle", object_id=str(change.pk)).count() == 2
 
 
-def test_outcome_for_another_nodes_change_is_recorded_but_ignored(rollout_on_a, join_token, backends):
+def test_outcome_for_another_nodes_change_is_refused(rollout_on_a, join_token, backends):
     backend, node, client, change = rollout_on_a
     other = backends(seed=5)
     answer = register(join_token, other.snapshot().hostname).json()
     outcome = Outcome(change.pk, change.to_config["config_id"], "failed", "not mine", report_of(other))
-    assert agent_client(answer["credential"]).post(OUTCOME, outcome.to_dict(), format="json").status_code == 200
+    refused = agent_client(answer["credential"]).post(OUTCOME, outcome.to_dict(), format="json")
+    assert refused.status_code == 403 and f"Change {change.pk} is not one of node" in refused.json()["message"]
+    assert not Node.objects.get(name=other.snapshot().hostname).gpus.exists()  # nothing of its report stored
     change.refresh_from_db()
     assert change.status == ChangeStatus.VERIFYING
     assert Node.objects.get(pk=node.pk).config_state != "failed"

@@ -6,10 +6,12 @@ import dataclasses
 import json
 import ssl
 import urllib.request
+from datetime import timedelta
 
 import pytest
 from django.forms.models import model_to_dict
 from django.urls import reverse
+from django.utils import timezone
 
 from agent import protocol
 from agent.protocol import MigSettings, Outcome
@@ -140,6 +142,80 @@ def test_a_gpu_that_moved_is_accepted_once_its_former_node_no_longer_reports_it(
     assert not UuidConflict.objects.filter(resolved_at__isnull=True).exists()
 
 
+# --- an admin settles a conflict ------------------------------------------------------------------------------------
+
+
+def _conflict(node_a, node_b):
+    """B reports A's first GPU: refused, one conflict per UUID of the report that A holds."""
+    backend_a, a, client_a = node_a
+    _, b, client_b = node_b
+    assert _post(client_a, report_of(backend_a)).status_code == 200
+    moved = report_of(backend_a, hostname="gpu-b", gpus=report_of(backend_a).gpus[:1])
+    assert _post(client_b, moved).status_code == 409
+    return UuidConflict.objects.get(node=b, holder=a), moved
+
+
+def test_an_admin_gives_the_uuid_to_the_reporter_through_the_api(node_a, node_b, admin_api, operator_api):
+    conflict, moved = _conflict(node_a, node_b)
+    _, a, _ = node_a
+    _, b, client_b = node_b
+    url = f"/api/v1/uuid-conflicts/{conflict.pk}/resolve/"
+    assert operator_api.post(url, {"owner": "reporter"}, format="json").status_code == 403
+    bad = admin_api.post(url, {"owner": "nobody"}, format="json")
+    assert bad.status_code == 400 and "owner" in bad.json()["errors"]
+    settled = admin_api.post(url, {"owner": "reporter"}, format="json")
+    assert settled.status_code == 200 and settled.json()["resolved_at"]
+    assert Gpu.objects.get(uuid=moved.gpus[0].uuid).gone_at is not None
+    # The reporter's next report is accepted: the GPU (and its history) moves to it.
+    assert _post(client_b, moved).status_code == 200
+    assert Gpu.objects.get(uuid=moved.gpus[0].uuid).node == b
+    events = AuditEvent.objects.filter(action="node.uuid_conflict_resolved")
+    assert {e.object_id for e in events} == {str(a.pk), str(b.pk)} and {e.actor_label for e in events} == {"admin"}
+    assert {e.after["owner"] for e in events} == {b.name}
+    again = admin_api.post(url, {"owner": "holder"}, format="json")
+    assert again.status_code == 409 and again.json()["message"] == "This conflict is resolved already."
+
+
+def test_an_admin_keeps_the_uuid_with_its_holder_from_the_node_page(node_a, node_b, client, admin_user, operator):
+    conflict, moved = _conflict(node_a, node_b)
+    _, a, _ = node_a
+    _, b, client_b = node_b
+    url = reverse("console:uuid_conflict_resolve", args=[conflict.pk])
+    client.force_login(operator)
+    assert "Keep it on" not in client.get(reverse("console:node_detail", args=[a.pk])).content.decode()
+    assert client.post(url, {"owner": "holder"}).status_code == 403
+    client.force_login(admin_user)
+    page = client.get(reverse("console:node_detail", args=[a.pk])).content.decode()
+    assert f'action="{url}"' in page and f"Keep it on {a.name}" in page and f"Give it to {b.name}" in page
+    answer = client.post(url, {"owner": "holder", "next_node": a.pk}, follow=True)
+    assert answer.redirect_chain[-1][0] == reverse("console:node_detail", args=[a.pk])
+    assert f"now belongs to node {a.name}" in answer.content.decode()
+    assert 'id="uuid-conflicts"' not in answer.content.decode()
+    assert Gpu.objects.get(uuid=moved.gpus[0].uuid).node == a
+    assert AuditEvent.objects.filter(action="node.uuid_conflict_resolved", object_id=str(b.pk)).exists()
+    # Kept with A: B naming it again is refused again, a new conflict.
+    assert _post(client_b, moved).status_code == 409
+    assert UuidConflict.objects.filter(node=b, resolved_at__isnull=True).count() == 1
+
+
+def test_an_admin_gives_a_mig_uuid_to_the_reporter(node_a, node_b, admin_api):
+    backend_a, a, client_a = node_a
+    backend_b, b, client_b = node_b
+    _with_mig(backend_a)
+    assert _post(client_a, report_of(backend_a)).status_code == 200
+    stolen = report_of(backend_a).gpus[0].mig_devices[0]
+    _with_mig(backend_b)
+    own = report_of(backend_b)
+    gpu = dataclasses.replace(own.gpus[0], mig_devices=(stolen, *own.gpus[0].mig_devices[1:]))
+    report = dataclasses.replace(own, gpus=(gpu, *own.gpus[1:]), hostname="gpu-b")
+    assert _post(client_b, report).status_code == 409
+    conflict = UuidConflict.objects.get(node=b)
+    settled = admin_api.post(f"/api/v1/uuid-conflicts/{conflict.pk}/resolve/", {"owner": "reporter"}, format="json")
+    assert settled.status_code == 200 and not MigDevice.objects.filter(uuid=stolen.uuid).exists()
+    assert _post(client_b, report).status_code == 200
+    assert MigDevice.objects.get(uuid=stolen.uuid).gpu.node == b
+
+
 def test_a_uuid_twice_in_one_report_is_a_400(node_a):
     backend, _, client = node_a
     report = report_of(backend)
@@ -243,6 +319,41 @@ def test_pending_agents_are_listed_and_decided_on_the_join_token_page_by_admins_
     pending.refresh_from_db()
     assert pending.status == "approved" and pending.decided_by == admin_user
     assert pending.fingerprint not in client.get(page_url).content.decode().split('id="pending-agents"')[1][:2000]
+
+
+def test_a_pending_agent_expires_after_the_setting(node_a, join_token, admin_api, client, admin_user, settings):
+    settings.TESSERA = {**settings.TESSERA, "PENDING_AGENT_TTL_HOURS": 2}
+    backend, a, client_a = node_a
+    register(join_token, a.name, fields={"request_key": "stale-key"})
+    pending = PendingAgent.objects.get()
+    listed = admin_api.get("/api/v1/pending-agents/").json()["results"]
+    expires = pending.requested_at + timedelta(hours=2)
+    assert [p["expires_at"] for p in listed] == [expires.isoformat().replace("+00:00", "Z")]
+    PendingAgent.objects.update(requested_at=timezone.now() - timedelta(hours=2, minutes=1))
+    # Expired: not listed (API, join-token page), not approvable (API, page), the agent's old request not honoured.
+    assert admin_api.get("/api/v1/pending-agents/").json()["results"] == []
+    refused = admin_api.post(f"/api/v1/pending-agents/{pending.pk}/approve/")
+    assert refused.status_code == 409 and "expired" in refused.json()["message"]
+    client.force_login(admin_user)
+    page = client.get(reverse("fleet:agent_token_list")).content.decode()
+    assert pending.fingerprint not in page.split('id="pending-agents"')[1][:2000]
+    answer = client.post(reverse("fleet:pending_approve", args=[pending.pk]), follow=True)
+    assert "expired" in answer.content.decode()
+    assert PendingAgent.objects.get().status == "pending" and _works(client_a, backend)
+    # The agent still asking makes a new request, which an admin sees afresh (and audited anew).
+    assert register(join_token, a.name, fields={"request_key": "stale-key"}).status_code == 202
+    fresh = PendingAgent.objects.get()
+    assert fresh.pk != pending.pk and fresh.requested_at > timezone.now() - timedelta(minutes=1)
+    assert AuditEvent.objects.filter(action="node.agent_register_pending", object_id=str(a.pk)).count() == 2
+    assert admin_api.post(f"/api/v1/pending-agents/{fresh.pk}/approve/").status_code == 200
+
+
+def test_expired_requests_do_not_count_against_the_limit_per_node(node_a, join_token):
+    _, a, _ = node_a
+    for i in range(5):
+        register(join_token, a.name, fields={"request_key": f"old{i}"})
+    PendingAgent.objects.update(requested_at=timezone.now() - timedelta(days=2))
+    assert register(join_token, a.name, fields={"request_key": "new"}).status_code == 202
 
 
 def test_too_many_pending_requests_for_one_node_are_refused(node_a, join_token):

@@ -13,6 +13,11 @@ INLINE = [
     (re.compile(r"\shx-on[:\w-]*\s*=", re.I), "an hx-on handler (evaluated as script)"),
     (re.compile(r"javascript:", re.I), "a javascript: URL"),
     (re.compile(r"hx-vals\s*=\s*['\"]js:", re.I), "hx-vals evaluated as script"),
+    # Nothing from outside (issue 17, point 10): links to documentation are fine, loading from another host is not.
+    (
+        re.compile(r"<(?:script|link|img|iframe|source)\b[^>]*\b(?:src|href)\s*=\s*['\"]?(?:https?:)?//", re.I),
+        "a resource loaded from another host",
+    ),
 ]
 
 

@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from fleet.models import AgentCredential, Gpu, GpuEvent, MigDevice, Node, Pod
+from fleet.models import AgentCredential, Gpu, GpuEvent, MigDevice, Node, PendingAgent, Pod
 from fleet.retention import fleet_prune
 from fleet.tasks import retention_prune
 from sharing.models import NodePin, SharingProfile
@@ -90,6 +90,16 @@ def test_revoked_credentials_go_after_the_setting_active_ones_stay():
         AgentCredential.objects.create(node=node, key_id=key_id, secret_hash="x", revoked_at=revoked)
     assert fleet_prune(now=NOW)["revoked_credentials"] == 1
     assert set(AgentCredential.objects.values_list("key_id", flat=True)) == {"recent", "active"}
+
+
+def test_pending_agents_past_their_ttl_go_decided_ones_stay(settings):
+    settings.TESSERA = {**settings.TESSERA, "PENDING_AGENT_TTL_HOURS": 24}
+    node = NodeFactory()
+    for key, status, age in (("expired", "pending", 25), ("waiting", "pending", 23), ("rejected", "rejected", 25)):
+        at = NOW - timedelta(hours=age)
+        PendingAgent.objects.create(node=node, key_hash=key, status=status, requested_at=at, last_asked_at=NOW)
+    assert fleet_prune(now=NOW)["expired_pending_agents"] == 1
+    assert set(PendingAgent.objects.values_list("key_hash", flat=True)) == {"waiting", "rejected"}
 
 
 def test_the_task_prunes_and_a_second_run_finds_nothing():

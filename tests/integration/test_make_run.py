@@ -71,6 +71,8 @@ def test_the_embedded_default_starts_the_fleet_and_the_agent_lab_then_stops_on_c
     with _make_run(tmp_path, tmp_path / "first.log", port) as output:
         assert "Login: admin / (from TESSERA_ADMIN_PASSWORD)" in output()
         assert "Agent lab: cluster demo-lab, 2 simulated agent nodes in pool lab-h100" in output()
+        kubectl = "get nodes -L nvidia.com/gpu.product,nvidia.com/mig.config,nvidia.com/mig.config.state"
+        assert kubectl in output()
         nodes = wait_until(
             lambda: len(_lab_nodes(database)) == 2 and _lab_nodes(database),
             timeout=60,

@@ -36,14 +36,13 @@ def rows(output: str) -> list[list[str]]:
 
 
 def test_get_nodes_with_label_columns_and_selectors(kubectl):
-    table = rows(kubectl("get", "nodes", "-L", "nvidia.com/gpu.product", "-L", "nvidia.com/mig.config.state").stdout)
-    assert table[0] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION", "GPU.PRODUCT", "MIG.CONFIG.STATE"]
+    # The columns of the `make run` banner's kubectl line (console/management/commands/run_embedded.py).
+    columns = "nvidia.com/gpu.product,nvidia.com/mig.config,nvidia.com/mig.config.state"
+    table = rows(kubectl("get", "nodes", "-L", columns).stdout)
+    assert table[0] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION", "GPU.PRODUCT", "MIG.CONFIG", "MIG.CONFIG.STATE"]
     assert len(table) == 13
-    assert table[2][:2] == ["gpu-node-0002", "Ready"] and table[2][4:] == [
-        "v1.32.4",
-        "NVIDIA-H100-80GB-HBM3",
-        "success",
-    ]
+    assert table[2][:2] == ["gpu-node-0002", "Ready"] and table[2][4] == "v1.32.4"
+    assert table[2][5] == "NVIDIA-H100-80GB-HBM3" and table[2][7] == "success" and table[2][6]
     selected = rows(kubectl("get", "no", "-l", "nvidia.com/gpu.product in (NVIDIA-L4,Tesla-T4)", "-o", "name").stdout)
     assert selected == [["node/gpu-node-0003"], ["node/gpu-node-0006"], ["node/gpu-node-0011"]]
 
