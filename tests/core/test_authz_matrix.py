@@ -26,7 +26,7 @@ from fleet.models import AgentCredential, PendingAgent, UuidConflict
 from scheduling.models import Schedule
 from sharing.models import NodePin, QoSComplianceReport, QoSPolicy, SharingProfile
 from tests.factories import ClusterFactory, GpuFactory, MigDeviceFactory, NodeFactory, NodePoolFactory, UserFactory
-from worker.models import AdmissionPolicyState, NodeChange, Rollout
+from worker.models import AdmissionPolicyState, NodeChange, NodeRetry, Rollout
 
 pytestmark = pytest.mark.django_db
 
@@ -126,6 +126,10 @@ ACCESS: dict[str, Access] = {
     "rollout-pause": writes("rollout", POST=OPERATOR),
     "rollout-resume": writes("rollout", POST=OPERATOR),
     "rollout-cancel": writes("rollout", POST=OPERATOR),
+    "rollout-retry-now": writes("rollout", POST=OPERATOR),
+    "noderetry-list": reads(),
+    "noderetry-detail": reads("retry"),
+    "noderetry-retry-now": writes("retry", POST=OPERATOR),
     "nodechange-list": reads(),
     "nodechange-detail": reads("change"),
     "admissionpolicystate-list": reads(),
@@ -151,7 +155,12 @@ ACCESS: dict[str, Access] = {
     "console:node_state": reads("node"),
     "console:uuid_conflict_resolve": writes("conflict", POST=ADMIN),
     "console:gpu_detail": reads("gpu"),
+    "console:node_retry_now": writes("node", POST=OPERATOR),
     "console:pool_detail": reads("pool"),
+    "console:pool_create": Access({"GET": ADMIN, "POST": ADMIN}),
+    "console:pool_members": writes(POST=ADMIN),  # the live "members matched" check of the admins' editor
+    "console:pool_update": Access({"GET": ADMIN, "POST": ADMIN}, "pool"),
+    "console:pool_delete": Access({"GET": ADMIN, "POST": ADMIN}, "pool"),
     "console:cluster_import": reads("cluster"),
     "console:cluster_import_confirm": writes("cluster", POST=ADMIN),
     "console:profile_preview": reads("profile"),
@@ -199,6 +208,7 @@ ACCESS: dict[str, Access] = {
     "worker:rollout_pause": writes("rollout", POST=OPERATOR),
     "worker:rollout_resume": writes("rollout", POST=OPERATOR),
     "worker:rollout_cancel": writes("rollout", POST=OPERATOR),
+    "worker:rollout_retry_now": writes("rollout", POST=OPERATOR),
 }
 # Allowed GETs that answer an error with good reason (the URL's objects are real all the same).
 GET_ERRORS = {
@@ -277,6 +287,7 @@ def world():
         "schedule": Schedule.objects.create(pool=pool, name="office-hours", time_zone="UTC"),
         "rollout": rollout,
         "change": NodeChange.objects.create(rollout=rollout, node=node, position=0),
+        "retry": NodeRetry.objects.create(node=node, config_id="c1", failures=1, next_retry_at=now, rollout=rollout),
         "admission": AdmissionPolicyState.objects.create(
             cluster=cluster, pool=pool, pool_name=pool.name, qos_policy=qos, state="applied"
         ),
