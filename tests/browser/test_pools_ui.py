@@ -172,7 +172,7 @@ def test_assign_while_a_window_rules_offers_default_window_or_pin(page, live_ser
     _preview(page, live_server, whole, pool)
     page.get_by_label("Also roll out now").check()
     page.get_by_role("button", name="Assign to pool").click()
-    expect(page.get_by_role("alert").filter(has_text="Not assigned")).to_contain_text(
+    expect(page.locator("#err-rollout-now")).to_contain_text(
         "Nothing to roll out now: The schedule day-night sets ts-4"
     )
     expect(page.get_by_label("Pin the pool's nodes to whole until the schedule's next transition")).to_be_visible()

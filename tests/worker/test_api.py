@@ -78,7 +78,7 @@ def test_audit_log_filters(pool, viewer_api, operator_api, api_client):
 
 def test_a_failed_canary_shows_its_back_off_and_operators_retry_it_now(pool, operator_api, viewer_api):
     body = {"pool": pool.pk, "canary_count": 1, "max_failures": 3, "on_failure": "pause"}
-    (created,) = operator_api.post("/api/v1/rollouts/", body, format="json").json()
+    created = operator_api.post("/api/v1/rollouts/", body, format="json").json()
     assert created["on_failure"] == "pause" and created["superseded_by"] is None
     canary = _fail_canary(pool.cluster, created["id"])
     services.rollout_advance(created["id"])
@@ -110,13 +110,14 @@ def test_rollout_state_values_and_a_bad_on_failure(pool, operator_api, viewer_ap
 
 
 def test_assigning_another_profile_and_rolling_out_now_supersedes_the_running_rollout(pool, operator, admin_user):
-    (old_id,) = rollouts.rollout_start(actor=Actor.for_user(operator), nodes=pool.nodes.all(), canary_count=1)
+    old_id = rollouts.rollout_start(actor=Actor.for_user(operator), nodes=pool.nodes.all(), canary_count=1).pk
     whole = sharing_services.profile_create(
         actor=Actor.for_user(admin_user), name="whole", mode="passthrough", target_products=[H100]
     )
-    (new_id,) = rollouts.pool_assign_and_roll_out(
+    _, new = rollouts.pool_assign_and_roll_out(
         actor=Actor.for_user(operator), pool=pool, profile=whole, strategy={"batch_size": 4}
     )
+    new_id = new.pk
     old = Rollout.objects.get(pk=old_id)
     assert (old.status, old.superseded_by_id) == ("superseded", new_id)
     assert Rollout.objects.get(pk=new_id).changes.count() == 4
