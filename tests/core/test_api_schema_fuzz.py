@@ -40,10 +40,10 @@ SEED = 20260415
 # Operations left out, each with its reason (the rest of the suite covers them).
 EXCLUDED = {
     # Rotating the token the run authenticates with would sign the run out after the first call
-    # (tests/core/test_tokens.py covers it).
+    # (tests/core/test_api.py covers it).
     "me_token_rotate_create": "rotates the token this run signs in with",
-    # They read the cluster's Kubernetes API (a 502 when it cannot be reached, documented): fuzzed clusters point
-    # at kubeconfigs that do not exist. tests/worker/test_config_import.py runs them against the simulator.
+    # They read the cluster's Kubernetes API (a 502 when it cannot be reached, not in the schema yet): fuzzed clusters
+    # point at kubeconfigs that do not exist. tests/worker/test_config_import.py runs them against the simulator.
     "clusters_nvidia_import_retrieve": "reads a live Kubernetes cluster",
     "clusters_nvidia_import_create": "reads a live Kubernetes cluster",
 }
