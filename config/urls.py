@@ -17,6 +17,8 @@ api_v1 = [
     path("", include("worker.api.urls")),
 ]
 
+handler404 = core_views.page_not_found
+
 urlpatterns = [
     # The API first: node agents call it every few seconds, and every UI pattern tried before costs them (bench B2).
     path("api/v1/", include(api_v1)),

@@ -1,6 +1,8 @@
 """Model fields shared by every app: names that refuse control characters."""
 
+import sys
 import unicodedata
+from functools import cache
 
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -19,6 +21,19 @@ def validate_name(value: str) -> None:
                 code="control_character",
                 params={"code": ord(char), "position": position},
             )
+
+
+@cache
+def refused_name_characters() -> tuple[tuple[int, int], ...]:
+    """The code points validate_name refuses, as (first, last) ranges: for the API schema's pattern of names."""
+    ranges: list[list[int]] = []
+    for code in range(sys.maxunicode + 1):
+        if unicodedata.category(chr(code)) in REFUSED_CATEGORIES:
+            if ranges and ranges[-1][1] == code - 1:
+                ranges[-1][1] = code
+            else:
+                ranges.append([code, code])
+    return tuple((first, last) for first, last in ranges)
 
 
 class NameField(models.CharField):

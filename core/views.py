@@ -16,6 +16,7 @@ from django.shortcuts import redirect, render
 from django.templatetags.static import static
 from django.urls import reverse
 from django.utils.text import capfirst
+from django.views import defaults
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 from django.views.decorators.vary import vary_on_headers
@@ -29,6 +30,13 @@ from core.filtersets import AuditEventFilterSet
 from core.metrics import REGISTRY
 from core.models import ApiToken, AuditEvent
 from core.roles import Role, has_role, user_role
+
+
+def page_not_found(request, exception):
+    """No route: JSON in the one error shape under /api/ (what the schema documents for a 404), else the page."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"message": "Not found.", "errors": {}}, status=404)
+    return defaults.page_not_found(request, exception)
 
 
 @require_GET

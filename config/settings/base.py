@@ -162,16 +162,16 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["core.permissions.RolePermission"],
     "DEFAULT_PARSER_CLASSES": [
         "core.api.parsers.JSONParser",  # with a nesting depth limit
-        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.FormParser",  # the browsable API's forms; the schema documents JSON only
         "rest_framework.parsers.MultiPartParser",
     ],
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "core.api.filters.FilterBackend",  # django-filter, strict about booleans
         "core.api.filters.SearchFilter",  # `search`, or `q` as the UI says
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_PAGINATION_CLASS": "core.api.pagination.PageNumberPagination",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "core.api.schema.AutoSchema",  # error responses and shared field rules
     "EXCEPTION_HANDLER": "core.api.exceptions.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     "DEFAULT_THROTTLE_RATES": {"agent": env("TESSERA_AGENT_THROTTLE", default="600/min")},
@@ -187,6 +187,8 @@ SPECTACULAR_SETTINGS = {
     # No online validator badge: Swagger UI would fetch it from validator.swagger.io.
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "COMPONENT_SPLIT_REQUEST": True,
+    # The API speaks JSON (the form parsers serve the browsable API's forms): the schema and its fuzzing say so.
+    "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
     # Tags and operation ids from the resource (`gpus`, `gpus_list`), not from the version prefix.
     "SCHEMA_PATH_PREFIX": r"/api/v[0-9]+",
     # One component name per fleet choice set, whichever field uses it (observed_mode, a profile's mode...).

@@ -2,12 +2,12 @@
 because only observation changes them."""
 
 from django.db.models import Prefetch
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from core.api.filters import FilterBackend
 from core.audit import Actor
 from fleet import selectors, services
 from fleet.api import serializers
@@ -18,7 +18,7 @@ from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
 class FleetViewSetMixin:
     """Lists filter, search and order through the FilterSets the HTML lists use too; details find any row."""
 
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [FilterBackend]
 
     def filter_queryset(self, queryset):
         # List defaults such as "live rows only" must not hide the row a detail URL names.

@@ -1,8 +1,9 @@
 """Schedules as JSON, windows and exception dates nested; transitions with UTC and local times."""
 
 import zoneinfo
-from datetime import time
+from datetime import time, timedelta
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from core.api.fields import RefField, ref_to
@@ -118,10 +119,10 @@ class TransitionSerializer(serializers.Serializer):
     local = serializers.SerializerMethodField()
     schedule = RefField("schedule-detail", read_only=True)
     pool = serializers.SerializerMethodField()
-    from_profile = RefField("sharingprofile-detail", read_only=True)
-    to_profile = RefField("sharingprofile-detail", read_only=True)
-    from_qos = RefField("qospolicy-detail", read_only=True)
-    to_qos = RefField("qospolicy-detail", read_only=True)
+    from_profile = RefField("sharingprofile-detail", read_only=True, allow_null=True)
+    to_profile = RefField("sharingprofile-detail", read_only=True, allow_null=True)
+    from_qos = RefField("qospolicy-detail", read_only=True, allow_null=True)
+    to_qos = RefField("qospolicy-detail", read_only=True, allow_null=True)
     nodes = serializers.IntegerField()
 
     def get_local(self, t) -> str:
@@ -136,12 +137,14 @@ class TransitionRangeSerializer(serializers.Serializer):
     end = serializers.DateTimeField(required=False)
 
     def validate(self, attrs):
-        start, end = attrs.get("start"), attrs.get("end")
-        if start and end and not start < end:
+        """The range with its defaults (from now, for 7 days), checked whole: an `end` alone can be before now."""
+        start = attrs.get("start") or timezone.now()
+        end = attrs.get("end") or start + timedelta(days=7)
+        if not start < end:
             raise serializers.ValidationError({"end": ["end must be after start."]})
-        if start and end and (end - start).days > 62:
+        if (end - start).days > 62:
             raise serializers.ValidationError({"end": ["Ask for at most 62 days at a time."]})
-        return attrs
+        return {"start": start, "end": end}
 
 
 class UpcomingSerializer(serializers.Serializer):

@@ -1,10 +1,7 @@
 """Schedule endpoints: CRUD and the day/night preset (admins), transitions of one schedule and of the fleet; a
 profile's preview and assignment, which weigh the pool's schedule."""
 
-from datetime import timedelta
-
 from django.shortcuts import get_object_or_404
-from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -130,13 +127,15 @@ class ScheduleViewSet(viewsets.ModelViewSet):
     )
     @action(detail=True, methods=["get"])
     def transitions(self, request, pk=None):
-        """When this schedule switches profiles between `start` and `end` (default: the next 7 days)."""
+        """When this schedule switches profiles between `start` and `end` (default: the next 7 days), paged."""
         query = serializers.TransitionRangeSerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        start = query.validated_data.get("start") or timezone.now()
-        end = query.validated_data.get("end") or start + timedelta(days=7)
-        items = selectors.schedule_transitions(self.get_object(), start, end)
-        return Response(serializers.TransitionSerializer(items, many=True, context=self.get_serializer_context()).data)
+        start, end = query.validated_data["start"], query.validated_data["end"]
+        # Paged like every list of a resource (the schema says so); /transitions/ is the fleet's short outlook.
+        page = self.paginate_queryset(selectors.schedule_transitions(self.get_object(), start, end))
+        return self.get_paginated_response(
+            serializers.TransitionSerializer(page, many=True, context=self.get_serializer_context()).data
+        )
 
 
 class UpcomingTransitionsView(APIView):

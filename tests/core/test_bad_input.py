@@ -31,10 +31,12 @@ def _api_paths(patterns=None, prefix=""):
 API_PATHS = sorted(set(_api_paths()))
 
 
-def assert_error_shape(response, status=400):
+def assert_error_shape(response, status=400, field=None):
+    """The one error shape, with a message for `field` when given."""
     assert response.status_code == status, (response.status_code, response.content[:300])
     body = response.json()
     assert set(body) == {"message", "errors"} and isinstance(body["errors"], dict), body
+    assert field is None or body["errors"][field], body
 
 
 def test_there_are_api_endpoints_to_try():
@@ -117,3 +119,46 @@ def test_an_overflow_no_serializer_caught_is_a_400(admin_api, monkeypatch):
     response = admin_api.post("/api/v1/clusters/", {"name": "x", "driver": "agent"}, format="json")
     assert_error_shape(response)
     assert response.json()["message"] == "A value is out of range for its field."
+
+
+# What Schemathesis found (tests/core/test_api_schema_fuzz.py), pinned here where it fails fast and says why.
+
+
+@pytest.mark.parametrize("page_size", ["abc", "0", "-3", "1.5", "٣"])
+def test_a_page_size_that_is_no_positive_integer_is_a_400(admin_api, page_size):
+    assert_error_shape(admin_api.get("/api/v1/clusters/", {"page_size": page_size}), field="page_size")
+
+
+def test_a_page_size_beyond_the_cap_gets_the_cap(admin_api):
+    assert admin_api.get("/api/v1/clusters/", {"page_size": "9" * 5000}).status_code == 200
+
+
+@pytest.mark.parametrize("value", ["maybe", "1.5", "null"])
+def test_a_boolean_filter_refuses_what_is_neither_true_nor_false(admin_api, value):
+    assert_error_shape(admin_api.get("/api/v1/nodes/", {"ready": value}), field="ready")
+    assert_error_shape(admin_api.get("/api/v1/schedules/", {"enabled": value}), field="enabled")
+    assert admin_api.get("/api/v1/nodes/", {"ready": "false"}).status_code == 200
+
+
+def test_an_unknown_choice_in_a_filter_is_a_400(admin_api):
+    assert_error_shape(admin_api.get("/api/v1/audit-events/", {"actor_kind": "nobody"}), field="actor_kind")
+
+
+def test_no_route_under_the_api_is_a_json_404(admin_api):
+    response = admin_api.get("/api/v1/clusters/not-a-number/")
+    assert response.status_code == 404 and response.json() == {"message": "Not found.", "errors": {}}
+
+
+def test_a_transitions_range_ending_before_now_is_a_400(admin_api, admin_user):
+    from scheduling import services as scheduling_services
+    from sharing import services as sharing_services
+
+    actor = Actor.for_user(admin_user)
+    pool = NodePoolFactory(cluster=ClusterFactory(driver="agent", kubeconfig_path=""))
+    whole = sharing_services.profile_create(actor=actor, name="whole", mode="passthrough", target_products=["x"])
+    schedule = scheduling_services.schedule_create_day_night(
+        actor=actor, pool=pool, day_profile=whole, night_profile=whole, time_zone="UTC"
+    )
+    url = f"/api/v1/schedules/{schedule.pk}/transitions/"
+    assert_error_shape(admin_api.get(url, {"end": "2001-01-01T00:00:00Z"}), field="end")
+    assert set(admin_api.get(url).json()) == {"count", "next", "previous", "results"}

@@ -120,7 +120,7 @@ def test_transitions_api_across_dst_and_fleet_upcoming(setup, viewer_api, admin_
         {"start": "2026-10-30T00:00:00Z", "end": "2026-11-03T00:00:00Z"},
     )
     assert response.status_code == 200
-    items = [(t["at"], t["local"], t["to_profile"]["name"]) for t in response.json()]
+    items = [(t["at"], t["local"], t["to_profile"]["name"]) for t in response.json()["results"]]
     assert items == [
         ("2026-10-30T12:00:00Z", "2026-10-30T08:00:00-04:00", "day-mig"),
         ("2026-10-31T00:00:00Z", "2026-10-30T20:00:00-04:00", "night-whole"),
