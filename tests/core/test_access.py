@@ -16,6 +16,8 @@ pytestmark = pytest.mark.django_db
 OPEN = {
     "login": "signing in",
     "logout": "signing out",
+    "oidc_authentication_init": "signing in with single sign-on (404 unless configured; tests/core/test_sso.py)",
+    "oidc_authentication_callback": "the provider's answer to a sign-in (tests/core/test_sso.py)",
     "healthz": "liveness probe",
     "readyz": "readiness probe",
     "metrics": "its own check (bearer token or viewer), tested below",
