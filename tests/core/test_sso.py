@@ -161,6 +161,16 @@ def test_a_refusal_at_the_provider_and_a_replayed_callback_sign_nobody_in(client
 
 
 @pytest.mark.django_db
+def test_an_address_locked_out_by_failed_passwords_is_locked_out_of_single_sign_on_too(client, sso):
+    for i in range(5):
+        client.post("/login/", {"username": f"guess-{i}", "password": "wrong"})
+    sso.set_user("u-5", preferred_username="hana", groups=["everyone"])
+    locked = sso_sign_in(client, sso, "u-5")
+    assert locked.status_code == 429 and "Sign-in locked" in locked.content.decode()
+    assert signed_in_as(client) == ""
+
+
+@pytest.mark.django_db
 def test_signing_out_ends_the_provider_session(client, sso):
     sso.set_user("u-2", preferred_username="dora", groups=["everyone"])
     sso_sign_in(client, sso, "u-2")
