@@ -46,7 +46,7 @@ class OidcBackend(OIDCAuthenticationBackend):
         except requests.RequestException as exc:
             # The error's text may quote the provider's answer: logged, not shown.
             logger.warning("single sign-on: the provider could not be reached or refused: %s", exc)
-            request.sso_error = f"the provider did not answer as expected ({type(exc).__name__})"
+            request.sso_error = f"the provider did not answer as expected ({sso.failure_in_words(exc)})"
         return None
 
     def retrieve_matching_jwk(self, token):

@@ -28,11 +28,13 @@ class SignInView(LoginView):
         return self.render_to_response(context, status=403)
 
     def get_context_data(self, **kwargs):
+        unavailable = sso.status()
         return super().get_context_data(
             password_login=sso.password_login(),
             sso_enabled=sso.enabled(),
+            sso_ready=sso.enabled() and not unavailable,
             sso_name=sso.provider_name(),
-            sso_unavailable=sso.status(),
+            sso_unavailable=unavailable,
             **kwargs,
         )
 
@@ -69,11 +71,15 @@ class SsoCallbackView(OIDCAuthenticationCallbackView):
         return super().get(request)
 
     def login_failure(self):
-        reason = getattr(self.request, "sso_error", "") or (
-            f"{self.sso_name} answered {self.request.GET['error'][:100]}"
-            if self.request.GET.get("error")
-            else f"{self.sso_name} did not sign you in"
-        )
+        user = getattr(self, "user", None)
+        if getattr(self.request, "sso_error", ""):
+            reason = self.request.sso_error
+        elif user is not None and not user.is_active:
+            reason = f"the account {user.get_username()} is deactivated in Tessera"
+        elif self.request.GET.get("error"):
+            reason = f"{self.sso_name} answered {self.request.GET['error'][:100]}"
+        else:
+            reason = f"{self.sso_name} did not sign you in"
         messages.error(self.request, f"Single sign-on failed: {reason}.")
         return redirect("login")
 

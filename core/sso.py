@@ -80,7 +80,7 @@ def provider() -> Provider:
         try:
             result = _resolve(*key)
         except SsoUnavailable as exc:
-            logger.warning("single sign-on unavailable: %s", exc)
+            logger.warning("single sign-on unavailable: %s (%s)", exc, exc.__cause__ or "no more detail")
             result = exc
         _cache[key] = (now + (FAILURE_TTL if isinstance(result, SsoUnavailable) else DISCOVERY_TTL), result)
         cached = _cache[key]
@@ -115,7 +115,7 @@ def _discover(issuer: str) -> dict:
         response.raise_for_status()
         document = response.json()
     except requests.RequestException as exc:
-        raise SsoUnavailable(f"{url} could not be read ({type(exc).__name__}: {exc})") from exc
+        raise SsoUnavailable(f"{url} could not be read ({failure_in_words(exc)})") from exc
     except ValueError as exc:
         raise SsoUnavailable(f"{url} is not JSON") from exc
     if not isinstance(document, dict):
@@ -124,6 +124,17 @@ def _discover(issuer: str) -> dict:
         # OpenID Connect Discovery 1.0, 4.3: a document naming another issuer must not be used.
         raise SsoUnavailable(f"{url} names the issuer {document.get('issuer')!r}, not {issuer!r}")
     return document
+
+
+def failure_in_words(exc: requests.RequestException) -> str:
+    """A request's failure in a few words (the full error goes to the log)."""
+    if isinstance(exc, requests.Timeout):
+        return f"no answer within {settings.OIDC_TIMEOUT:g} s"
+    if isinstance(exc, requests.ConnectionError):
+        return "connection failed"
+    if isinstance(exc, requests.HTTPError) and exc.response is not None:
+        return f"HTTP {exc.response.status_code}"
+    return type(exc).__name__
 
 
 def status() -> str:

@@ -144,6 +144,16 @@ def test_a_provider_account_never_takes_over_a_local_one(client, sso, admin_user
 
 
 @pytest.mark.django_db
+def test_an_account_deactivated_in_tessera_stays_out(client, sso):
+    sso.set_user("u-8", preferred_username="ivan", groups=["tessera-admins"])
+    sso_sign_in(Client(), sso, "u-8")
+    get_user_model().objects.filter(username="ivan").update(is_active=False)
+    assert sso_sign_in(client, sso, "u-8")["Location"] == "/login/"
+    assert "the account ivan is deactivated in Tessera" in client.get("/login/").content.decode()
+    assert signed_in_as(client) == ""
+
+
+@pytest.mark.django_db
 def test_a_refusal_at_the_provider_and_a_replayed_callback_sign_nobody_in(client, sso):
     start = client.get("/oidc/authenticate/")
     denied = requests.post(start["Location"], data={"action": "deny"}, allow_redirects=False, timeout=5)
@@ -253,7 +263,8 @@ def test_an_unreachable_provider_is_said_on_the_sign_in_page_not_a_500(client, s
     page = client.get("/login/")
     assert page.status_code == 200
     text = page.content.decode()
-    assert "Single sign-on unavailable:" in text and "/.well-known/openid-configuration could not be read" in text
+    assert "Single sign-on unavailable:" in text
+    assert "/.well-known/openid-configuration could not be read (connection failed)" in text
     assert 'type="password"' in text  # passwords still sign in
     assert client.get("/oidc/authenticate/")["Location"] == "/login/"
     assert client.post("/login/", {"username": "viewer", "password": PASSWORD}).status_code == 302
