@@ -6,6 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from core import views as core_views
+from core.sign_in import admin_sign_in
 from core.views import docs_sign_in
 
 api_v1 = [
@@ -28,6 +29,7 @@ urlpatterns = [
     path("", include("sharing.urls")),
     path("", include("scheduling.urls")),
     path("", include("worker.urls")),
+    path("admin/login/", admin_sign_in, name="admin_sign_in"),  # before admin's own: password sign-in may be off
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves Swagger UI's start-up script as a file: the Content-Security-Policy allows no inline script.

@@ -21,7 +21,7 @@ class CoreConfig(AppConfig):
     def ready(self):
         from celery.signals import before_task_publish
 
-        from core import embedded, health, metrics, queue_stats
+        from core import checks, embedded, health, metrics, queue_stats  # noqa: F401 (checks registers itself)
 
         post_migrate.connect(ensure_role_groups, sender=self)
         before_task_publish.connect(queue_stats.stamp_sent_at, dispatch_uid="core.queue_stats.stamp_sent_at")

@@ -48,3 +48,19 @@ class ApiToken(models.Model):
 
     def __str__(self):
         return f"{self.user} ({self.key_id})"
+
+
+class SsoIdentity(models.Model):
+    """The account an OpenID Connect subject signs in to: users are matched by issuer and subject, never by a name
+    or an address the provider lets people change (and a provider's `admin` never becomes the local `admin`)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identity")
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="sso_identity_issuer_subject")]
+
+    def __str__(self):
+        return f"{self.user} ({self.subject} at {self.issuer})"

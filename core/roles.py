@@ -35,3 +35,20 @@ def user_role(user) -> Role:
 
 def has_role(user, role: Role) -> bool:
     return user_role(user) >= role
+
+
+def parse_role_map(text: str) -> dict[str, Role]:
+    """`value=role,value=role` (TESSERA_OIDC_ROLE_MAP) as {claim value: Role}; ValueError names a bad entry."""
+    mapping = {}
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        value, sep, name = (piece.strip() for piece in entry.rpartition("="))
+        role = next((r for r in ROLE_GROUPS if r.group_name == name.lower()), None)
+        if not sep or not value or role is None:
+            raise ValueError(f"{entry!r} is not `claim value=viewer|operator|admin`")
+        mapping[value] = role
+    return mapping
+
+
+def role_for_claim_values(values, role_map: dict[str, Role]) -> Role:
+    """The highest role any of the values maps to; Role.NONE when none does."""
+    return max((role_map[v] for v in values if isinstance(v, str) and v in role_map), default=Role.NONE)

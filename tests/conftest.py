@@ -2,8 +2,10 @@
 (Debian's, never a download)."""
 
 import os
+from dataclasses import dataclass
 
 import pytest
+import requests
 from kubernetes import client, config
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
@@ -133,3 +135,49 @@ def browser_type_launch_args(browser_type_launch_args):
             "--no-first-run",
         ],
     }
+
+
+@dataclass
+class OidcProvider:
+    """oidc-provider-mock serving a real OpenID provider over HTTP on loopback: discovery, an authorization form (type
+    a subject, press Authorize), tokens signed with RS256, userinfo, JWKS and RP-initiated logout."""
+
+    url: str
+
+    def set_user(self, sub: str, **claims) -> None:
+        """The claims the provider gives `sub` from its next sign-in on (userinfo and ID token)."""
+        requests.put(f"{self.url}/users/{sub}", json=claims, timeout=5).raise_for_status()
+
+
+SSO_ROLE_MAP = "tessera-admins=admin,tessera-ops=operator,everyone=viewer"
+
+
+@pytest.fixture
+def oidc_provider():
+    import oidc_provider_mock  # Flask and authlib only for the tests that run a provider
+
+    with oidc_provider_mock.run_server_in_thread(require_nonce=True) as server:
+        yield OidcProvider(f"http://localhost:{server.server_port}")
+
+
+@pytest.fixture
+def sso(settings, oidc_provider):
+    """Tessera configured for `oidc_provider` as the environment would (TESSERA_OIDC_*): discovery from its issuer,
+    `groups` mapped by SSO_ROLE_MAP, and the sign-out form allowed to go to it."""
+    from core.sso import forget_provider
+
+    settings.OIDC_RP_CLIENT_ID = "tessera"
+    settings.OIDC_RP_CLIENT_SECRET = "client-secret-for-tests"
+    settings.TESSERA_SSO = {
+        **settings.TESSERA_SSO,
+        "ISSUER": oidc_provider.url,
+        "PROVIDER_NAME": "Example ID",
+        "ROLES_CLAIM": "groups",
+        "ROLE_MAP": SSO_ROLE_MAP,
+    }
+    policy = settings.CONTENT_SECURITY_POLICY
+    directives = {**policy["DIRECTIVES"], "form-action": [*policy["DIRECTIVES"]["form-action"], oidc_provider.url]}
+    settings.CONTENT_SECURITY_POLICY = {**policy, "DIRECTIVES": directives}
+    forget_provider()
+    yield oidc_provider
+    forget_provider()

@@ -2,6 +2,7 @@
 
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 from celery.schedules import crontab
@@ -129,7 +130,12 @@ AUTH_PASSWORD_VALIDATORS = [
 # Failed sign-ins (UI and Django admin) are counted per username and per client address (django-axes): after
 # AXES_FAILURE_LIMIT in a row, that username and that address are locked out until the cool-off passes or an admin
 # deletes the access attempt (Admin → Axes → Access attempts, or `manage.py axes_reset`).
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+# Passwords (unless TESSERA_PASSWORD_LOGIN=false), then single sign-on; each refuses what is not its own.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "core.backends.PasswordBackend",
+    "core.backends.OidcBackend",
+]
 AXES_FAILURE_LIMIT = env.int("TESSERA_LOGIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("TESSERA_LOGIN_LOCKOUT_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: one account from anywhere, or one address
@@ -139,6 +145,42 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "console:overview"
 LOGOUT_REDIRECT_URL = "login"
+
+# Single sign-on with OpenID Connect (mozilla-django-oidc; docs/security.md#single-sign-on), off unless an issuer
+# (whose /.well-known/openid-configuration names the endpoints) or the endpoints themselves are set. An endpoint set
+# here wins over discovery. Users are matched by issuer and subject; their role follows the claims on every sign-in.
+OIDC_RP_CLIENT_ID = env("TESSERA_OIDC_CLIENT_ID", default="")
+OIDC_RP_CLIENT_SECRET = env("TESSERA_OIDC_CLIENT_SECRET", default="")
+OIDC_RP_SCOPES = env("TESSERA_OIDC_SCOPES", default="openid email profile")
+OIDC_RP_SIGN_ALGO = env("TESSERA_OIDC_SIGN_ALGO", default="RS256")
+OIDC_OP_AUTHORIZATION_ENDPOINT = env("TESSERA_OIDC_AUTHORIZATION_ENDPOINT", default="")
+OIDC_OP_TOKEN_ENDPOINT = env("TESSERA_OIDC_TOKEN_ENDPOINT", default="")
+OIDC_OP_USER_ENDPOINT = env("TESSERA_OIDC_USERINFO_ENDPOINT", default="")
+OIDC_OP_JWKS_ENDPOINT = env("TESSERA_OIDC_JWKS_ENDPOINT", default="")
+OIDC_TOKEN_USE_BASIC_AUTH = env.bool("TESSERA_OIDC_CLIENT_SECRET_BASIC", default=False)
+OIDC_USE_PKCE = True
+OIDC_STORE_ID_TOKEN = True  # the id_token_hint of RP-initiated logout
+OIDC_TIMEOUT = env.float("TESSERA_OIDC_TIMEOUT", default=10.0)
+TESSERA_SSO = {
+    "ISSUER": env("TESSERA_OIDC_ISSUER", default="").rstrip("/"),
+    "END_SESSION_ENDPOINT": env("TESSERA_OIDC_END_SESSION_ENDPOINT", default=""),
+    "PROVIDER_NAME": env("TESSERA_OIDC_PROVIDER_NAME", default="SSO"),  # "Sign in with <name>"
+    "USERNAME_CLAIM": env("TESSERA_OIDC_USERNAME_CLAIM", default="preferred_username"),
+    # The claim holding the user's groups or roles (a dotted path reaches into objects: realm_access.roles), and
+    # which of its values gives which role; the highest wins, none of them: signed in without a role.
+    "ROLES_CLAIM": env("TESSERA_OIDC_ROLES_CLAIM", default="groups"),
+    "ROLE_MAP": env("TESSERA_OIDC_ROLE_MAP", default=""),  # "tessera-admins=admin,tessera-ops=operator,staff=viewer"
+}
+# false: only single sign-on signs in (UI and Django admin); API tokens still work. Break-glass: set it back to true.
+TESSERA_PASSWORD_LOGIN = env.bool("TESSERA_PASSWORD_LOGIN", default=True)
+# Tessera's sign-out form is redirected to the provider's end-session endpoint: the policy must let the form go there.
+CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"] += sorted(
+    {
+        f"{url.scheme}://{url.netloc}"
+        for url in map(urlsplit, (TESSERA_SSO["ISSUER"], TESSERA_SSO["END_SESSION_ENDPOINT"]))
+        if url.scheme and url.netloc
+    }
+)
 
 LANGUAGE_CODE = "en-gb"
 TIME_ZONE = env("TESSERA_DISPLAY_TIME_ZONE", default="UTC")

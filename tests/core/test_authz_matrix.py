@@ -146,6 +146,9 @@ ACCESS: dict[str, Access] = {
     # --- UI: signing in ---------------------------------------------------------------------------------------------
     "login": Access({"GET": PUBLIC, "POST": PUBLIC}),
     "logout": writes(POST=PUBLIC),
+    "admin_sign_in": Access({"GET": PUBLIC, "POST": PUBLIC}),  # Django admin's sign-in (off with password sign-in)
+    "oidc_authentication_init": Access({"GET": PUBLIC}),  # 404 unless single sign-on is configured (test_sso.py)
+    "oidc_authentication_callback": Access({"GET": PUBLIC}),  # the provider's answer; state checked (test_sso.py)
     # --- UI: pages --------------------------------------------------------------------------------------------------
     "token_detail": reads(POST=VIEWER),  # one's own token
     "audit_log": reads(),
@@ -215,6 +218,8 @@ GET_ERRORS = {
     "agent-desired": "404: no rollout is changing the agent's node",
     "cluster-nvidia-import": "400: an agent cluster has no GPU Operator configs to import",
     "console:cluster_import": "400: an agent cluster has no GPU Operator configs to import",
+    "oidc_authentication_init": "404: single sign-on is not configured here (tests/core/test_sso.py turns it on)",
+    "oidc_authentication_callback": "404: single sign-on is not configured here (tests/core/test_sso.py turns it on)",
 }
 
 

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from tests.deploy.manifests import COMPONENTS, DEPLOY, OVERLAYS, ROOT, _render, by_kind, render, validate
 
-SECRET_KEYS = {"DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL", "TESSERA_METRICS_TOKEN"}
+SECRET_KEYS = {"DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL", "TESSERA_METRICS_TOKEN", "TESSERA_OIDC_CLIENT_SECRET"}
 
 
 def _pods(objects):
