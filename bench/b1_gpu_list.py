@@ -36,19 +36,26 @@ def parse_args(argv):
     return args
 
 
-def seed(nodes, gpus_per_node):
-    """Bulk-create the fleet: 2 clusters, 20 pools (one node in 21 in none), MIG layouts on one node in five."""
+def seed(nodes, gpus_per_node, start=0):
+    """Bulk-create the fleet: 2 clusters, 20 pools (one node in 21 in none), MIG layouts on one node in five.
+
+    With `start`, add nodes `start` .. `nodes - 1` to the fleet an earlier call made (B5 grows it in place)."""
     from django.utils import timezone
 
     from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
 
     now = timezone.now()
-    clusters = Cluster.objects.bulk_create(
-        [Cluster(name=f"bench-{i}", driver="agent", connection_state="ok", last_contact_at=now) for i in range(2)]
-    )
-    pools = NodePool.objects.bulk_create([NodePool(cluster=clusters[i % 2], name=f"pool-{i:02d}") for i in range(20)])
+    if start:
+        clusters, pools = list(Cluster.objects.order_by("name")), list(NodePool.objects.order_by("name"))
+    else:
+        clusters = Cluster.objects.bulk_create(
+            [Cluster(name=f"bench-{i}", driver="agent", connection_state="ok", last_contact_at=now) for i in range(2)]
+        )
+        pools = NodePool.objects.bulk_create(
+            [NodePool(cluster=clusters[i % 2], name=f"pool-{i:02d}") for i in range(20)]
+        )
     node_rows = []
-    for i in range(nodes):
+    for i in range(start, nodes):
         pool = pools[i % 21] if i % 21 < 20 else None
         node_rows.append(
             Node(
@@ -65,7 +72,7 @@ def seed(nodes, gpus_per_node):
         )
     node_rows = Node.objects.bulk_create(node_rows, batch_size=2000)
     gpu_rows = []
-    for i, node in enumerate(node_rows):
+    for i, node in enumerate(node_rows, start):
         for index in range(gpus_per_node):
             gpu_rows.append(
                 Gpu(

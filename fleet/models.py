@@ -170,6 +170,9 @@ class Node(models.Model):
             models.Index(fields=["config_state"]),
             # GPU lists are ordered by node name: with this index a page reads its rows in order instead of sorting all.
             models.Index(fields=["name"]),
+            # What a GPU aggregate needs of its node (the overview's charts): SQLite joins 80,000 GPUs to their
+            # nodes through this small index instead of reading a wide node row per GPU (B5: twice as fast).
+            models.Index(fields=["id", "gone_at", "cluster", "observed_mode"]),
         ]
 
     def __str__(self):

@@ -5,6 +5,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from fleet.choices import ClusterDriver
@@ -49,17 +50,44 @@ def is_stale(node, now=None) -> bool:
     return node.last_seen_at is None or node.last_seen_at < cutoff
 
 
+def gpu_summary_aggregates(prefix: str, live: Q) -> dict:
+    """A node's GPU summary as aggregates over its GPUs (`prefix` reaches them; `live` keeps the live ones): count,
+    unhealthy count, mean utilisation, the product and the last metrics sample."""
+    return {
+        "gpu_count": models.Count(f"{prefix}pk", filter=live),
+        # The same meaning as GpuQuerySet.unhealthy(): anything reported that is not healthy.
+        "unhealthy_gpu_count": models.Count(
+            f"{prefix}pk", filter=live & ~Q(**{f"{prefix}health__in": ["healthy", "unknown"]})
+        ),
+        "mean_utilization": models.Avg(f"{prefix}utilization_pct", filter=live),
+        "product": models.Max(f"{prefix}product", filter=live),
+        "metrics_at": models.Max(f"{prefix}metrics_at", filter=live),
+    }
+
+
+def _related_count(queryset, related_name: str, **filters):
+    """The count of an object's `related_name` rows as a subquery: counts of two relations side by side without
+    joining both (a join multiplies them: pools x nodes rows per cluster)."""
+    field = queryset.model._meta.get_field(related_name)
+    rows = (
+        field.related_model.objects.filter(**{field.field.name: models.OuterRef("pk")}, **filters)
+        .order_by()
+        .values(field.field.name)
+        .annotate(n=models.Count("pk"))
+        .values("n")
+    )
+    return Coalesce(models.Subquery(rows), 0)
+
+
 class ClusterQuerySet(models.QuerySet):
     def with_counts(self, now=None):
         """Live nodes, pools, and the nodes whose agent reported within its cutoff: an agent cluster has no API
         server to connect to, so its agents reporting is what "connected" means."""
         return self.annotate(
-            node_count=models.Count("nodes", filter=Q(nodes__gone_at__isnull=True), distinct=True),
-            pool_count=models.Count("pools", distinct=True),
-            agents_reporting=models.Count(
-                "nodes",
-                filter=Q(nodes__gone_at__isnull=True, nodes__last_seen_at__gte=agent_stale_cutoff(now)),
-                distinct=True,
+            node_count=_related_count(self, "nodes", gone_at__isnull=True),
+            pool_count=_related_count(self, "pools"),
+            agents_reporting=_related_count(
+                self, "nodes", gone_at__isnull=True, last_seen_at__gte=agent_stale_cutoff(now)
             ),
         )
 
@@ -87,14 +115,7 @@ class NodeQuerySet(models.QuerySet):
 
     def with_gpu_summary(self):
         """GPU count, unhealthy count, mean utilisation and the products, computed in the database."""
-        live_gpu = Q(gpus__gone_at__isnull=True)
-        return self.annotate(
-            gpu_count=models.Count("gpus", filter=live_gpu),
-            # The same meaning as GpuQuerySet.unhealthy(): anything reported that is not healthy.
-            unhealthy_gpu_count=models.Count("gpus", filter=live_gpu & ~Q(gpus__health__in=["healthy", "unknown"])),
-            mean_utilization=models.Avg("gpus__utilization_pct", filter=live_gpu),
-            product=models.Max("gpus__product", filter=live_gpu),
-        )
+        return self.annotate(**gpu_summary_aggregates("gpus__", live=Q(gpus__gone_at__isnull=True)))
 
 
 class GpuQuerySet(models.QuerySet):

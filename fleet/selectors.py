@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Avg, BooleanField, Count, ExpressionWrapper, F, FloatField, Max, Prefetch, Q, QuerySet
+from django.db.models import BooleanField, Count, ExpressionWrapper, F, FloatField, Max, Prefetch, Q, QuerySet, Sum
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -22,7 +22,7 @@ from fleet.models import (
     PendingAgent,
     UuidConflict,
 )
-from fleet.querysets import stale_q
+from fleet.querysets import gpu_summary_aggregates, stale_q
 from sharing.mig import UnknownProductError, get_product
 
 DEFAULT_MEMORY_SLICES = 8
@@ -60,6 +60,63 @@ def _share_rows(rows, total: int, key: str, label) -> list[dict]:
 # --- overview --------------------------------------------------------------------------------------------------
 
 
+def _gpu_groups(gpus: QuerySet[Gpu], *keys: str) -> list[dict]:
+    """Counts and sums of `gpus` grouped by `keys`, in one pass over the GPUs: every total and chart a page draws
+    from them folds out of these few rows (see `_fold`), where a query per chart would read every GPU again."""
+    return list(
+        gpus.values(*keys)
+        .annotate(
+            count=Count("pk"),
+            mig_enabled=Count("pk", filter=Q(mig_enabled=True)),
+            mig_capable=Count("pk", filter=Q(mig_capable=True)),
+            unhealthy=Count("pk", filter=Q(health__in=UNHEALTHY_STATES)),
+            utilization_sum=Sum("utilization_pct"),
+            utilization_n=Count("utilization_pct"),
+            metrics_at=Max("metrics_at"),
+        )
+        .order_by()
+    )
+
+
+def _fold(groups: list[dict], key: str | None = None) -> list[dict] | dict:
+    """Sum grouped GPU rows over everything but `key` (or over everything): counts and the mean utilisation, as the
+    SQL aggregates over those GPUs would give them."""
+    folded: dict = {}
+    for group in groups:
+        row = folded.setdefault(group[key] if key else None, {"count": 0, "mig_enabled": 0, "mig_capable": 0,
+                                                               "unhealthy": 0, "utilization_sum": 0.0,
+                                                               "utilization_n": 0, "metrics_at": None})  # fmt: skip
+        for name in ("count", "mig_enabled", "mig_capable", "unhealthy", "utilization_sum", "utilization_n"):
+            row[name] += group[name] or 0
+        if group["metrics_at"] is not None and (row["metrics_at"] is None or group["metrics_at"] > row["metrics_at"]):
+            row["metrics_at"] = group["metrics_at"]
+    for value, row in folded.items():
+        row["mean_utilization"] = row.pop("utilization_sum") / row["utilization_n"] if row["utilization_n"] else None
+        del row["utilization_n"]
+        if key:
+            row[key] = value
+    if key is None:
+        return folded.get(None) or {"count": 0, "mig_enabled": 0, "mig_capable": 0, "unhealthy": 0,
+                                    "mean_utilization": None, "metrics_at": None}  # fmt: skip
+    return list(folded.values())
+
+
+def _by_count(rows: list[dict], key: str) -> list[dict]:
+    """Largest first, ties by `key`, as `order_by("-count", key)` sorts them."""
+    return sorted(rows, key=lambda row: (-row["count"], row[key]))
+
+
+def _gpu_totals(total: dict) -> dict:
+    return {
+        "gpus": total["count"],
+        "mig_enabled": total["mig_enabled"],
+        "mig_capable": total["mig_capable"],
+        "unhealthy": total["unhealthy"],
+        "mean_utilization": total["mean_utilization"],
+        "metrics_at": total["metrics_at"],
+    }
+
+
 def fleet_overview(*, now=None, failed_also: Q | None = None, stuck_also: Q | None = None) -> dict:
     """Totals, GPUs by product / cluster / sharing mode and what needs attention, in a handful of aggregate queries.
 
@@ -81,37 +138,31 @@ def fleet_overview(*, now=None, failed_also: Q | None = None, stuck_also: Q | No
         not_ready=Count("pk", filter=Q(ready=False)),
     )
     # Separate query: joining GPUs into the aggregate above would multiply every node count by its GPUs.
-    node_totals["with_unhealthy_gpu"] = (
-        nodes.filter(gpus__gone_at__isnull=True, gpus__health__in=UNHEALTHY_STATES).values("pk").distinct().count()
-    )
-    gpu_totals = gpus.aggregate(
-        gpus=Count("pk"),
-        mig_enabled=Count("pk", filter=Q(mig_enabled=True)),
-        mig_capable=Count("pk", filter=Q(mig_capable=True)),
-        unhealthy=Count("pk", filter=Q(health__in=UNHEALTHY_STATES)),
-        mean_utilization=Avg("utilization_pct"),
-        metrics_at=Max("metrics_at"),
-    )
+    # Read from the GPUs' side: only the few unhealthy ones are looked up by node.
+    node_totals["with_unhealthy_gpu"] = gpus.filter(health__in=UNHEALTHY_STATES).values("node_id").distinct().count()
+    # One pass over the GPUs for the totals and the three charts; cluster names come with the cluster count.
+    groups = _gpu_groups(gpus, "product", "node__cluster_id", "node__observed_mode")
+    gpu_totals = _gpu_totals(_fold(groups))
     total_gpus = gpu_totals["gpus"]
+    cluster_names = dict(Cluster.objects.values_list("pk", "name"))
     by_product = _share_rows(
-        gpus.values("product")
-        .annotate(count=Count("pk"), mean_utilization=Avg("utilization_pct"))
-        .order_by("-count", "product"),
+        _by_count(_fold(groups, "product"), "product"),
         total_gpus,
         "product",
         lambda row: row["product"] or "Unknown product",
     )
+    clusters = _fold(groups, "node__cluster_id")
+    for row in clusters:
+        row["node__cluster__name"] = cluster_names[row["node__cluster_id"]]
     by_cluster = _share_rows(
-        gpus.values("node__cluster_id", "node__cluster__name")
-        .annotate(count=Count("pk"), mean_utilization=Avg("utilization_pct"))
-        .order_by("-count", "node__cluster__name"),
+        _by_count(clusters, "node__cluster__name"),
         total_gpus,
         "node__cluster_id",
         lambda row: row["node__cluster__name"],
     )
     mode_labels = dict(SharingMode.choices)
     by_mode = _share_rows(
-        gpus.values("node__observed_mode").annotate(count=Count("pk")).order_by("-count", "node__observed_mode"),
+        _by_count(_fold(groups, "node__observed_mode"), "node__observed_mode"),
         total_gpus,
         "node__observed_mode",
         lambda row: mode_labels.get(row["node__observed_mode"], "Not reported"),
@@ -120,7 +171,7 @@ def fleet_overview(*, now=None, failed_also: Q | None = None, stuck_also: Q | No
         "now": now,
         "stale_after_minutes": round(settings.TESSERA["STALE_AFTER_SECONDS"] / 60),
         "pending_deadline_minutes": round(settings.TESSERA.get("PENDING_DEADLINE_SECONDS", 600) / 60),
-        "clusters": Cluster.objects.count(),
+        "clusters": len(cluster_names),
         **node_totals,
         **gpu_totals,
         "by_product": by_product,
@@ -173,19 +224,49 @@ def node_filter_choices() -> dict:
     }
 
 
-def node_rows(filtered: QuerySet[Node]) -> QuerySet[Node]:
-    """Rows of the node table: the filtered nodes with their neighbours and GPU summary, ready to paginate.
+class PageRows:
+    """Rows a paginator counts and slices like a queryset, with `complete(rows)` run on the slice it shows: per-row
+    aggregates are read for one page, not grouped over every row the count covers (B5: 0.5 s at 10,000 nodes)."""
 
-    The filter is applied as a subquery so that joins it made through GPUs cannot multiply the GPU counts;
-    the filter's ordering (a sortable column) carries over.
-    """
-    return (
-        Node.objects.filter(pk__in=filtered.values("pk"))
-        .select_related("cluster", "pool")
-        .with_gpu_summary()
-        .annotate(metrics_at=Max("gpus__metrics_at", filter=Q(gpus__gone_at__isnull=True)), **_node_flags())
+    def __init__(self, queryset: QuerySet, complete):
+        self.queryset, self.complete = queryset, complete
+        self.ordered = queryset.ordered
+
+    def count(self) -> int:
+        return self.queryset.count()
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __getitem__(self, key):
+        rows = list(self.queryset[key])
+        self.complete(rows)
+        return rows
+
+
+def _node_gpu_summaries(nodes: list[Node]) -> None:
+    """Each node's GPU summary (see `gpu_summary_aggregates`), in one grouped query over the listed nodes' GPUs."""
+    summaries = {
+        row.pop("node_id"): row
+        for row in Gpu.objects.filter(node__in=nodes)
+        .values("node_id")
+        .annotate(**gpu_summary_aggregates("", live=Q(gone_at__isnull=True)))
+        .order_by()
+    }
+    empty = {"gpu_count": 0, "unhealthy_gpu_count": 0, "mean_utilization": None, "product": None, "metrics_at": None}
+    for node in nodes:
+        node.__dict__.update(summaries.get(node.pk, empty))
+
+
+def node_rows(filtered: QuerySet[Node]) -> PageRows:
+    """Rows of the node table: the filtered nodes with their neighbours, in the filter's order (a sortable column),
+    ready to paginate; the nodes of the page shown get their GPU summary."""
+    rows = (
+        filtered.select_related("cluster", "pool")
+        .annotate(**_node_flags())
         .order_by(*(filtered.query.order_by or NODE_ORDER))
     )
+    return PageRows(rows, _node_gpu_summaries)
 
 
 def gpu_filter_base() -> QuerySet[Gpu]:
@@ -198,18 +279,27 @@ def gpu_filter_choices() -> dict:
     return {**node_filter_choices(), "healths": GpuHealth.choices}
 
 
-def gpu_rows(filtered: QuerySet[Gpu]) -> QuerySet[Gpu]:
-    """Rows of the GPU table with node, cluster and pool joined and memory in GiB, ready to paginate."""
-    return (
-        Gpu.objects.filter(pk__in=filtered.values("pk"))
-        .select_related("node", "node__cluster", "node__pool")
-        .annotate(
-            memory_gib=_gib("memory_mib"),
-            memory_used_gib=_gib("memory_used_mib"),
-            mig_device_count=Count("mig_devices"),
-        )
+def _gpu_mig_device_counts(gpus: list[Gpu]) -> None:
+    counts = dict(
+        MigDevice.objects.filter(gpu__in=gpus)
+        .values("gpu_id")
+        .annotate(n=Count("pk"))
+        .order_by()
+        .values_list("gpu_id", "n")
+    )
+    for gpu in gpus:
+        gpu.mig_device_count = counts.get(gpu.pk, 0)
+
+
+def gpu_rows(filtered: QuerySet[Gpu]) -> PageRows:
+    """Rows of the GPU table with node, cluster and pool joined and memory in GiB, ready to paginate; the GPUs of
+    the page shown get their MIG device count."""
+    rows = (
+        filtered.select_related("node", "node__cluster", "node__pool")
+        .annotate(memory_gib=_gib("memory_mib"), memory_used_gib=_gib("memory_used_mib"))
         .order_by(*(filtered.query.order_by or GPU_ORDER))
     )
+    return PageRows(rows, _gpu_mig_device_counts)
 
 
 def cluster_rows() -> list[Cluster]:
@@ -287,17 +377,11 @@ def node_state_summary(nodes: QuerySet[Node], *, now=None) -> dict:
 
 
 def gpu_summary(gpus: QuerySet[Gpu]) -> dict:
-    """GPU totals of a set of GPUs (a cluster's or a pool's)."""
-    gpus = gpus.live().filter(node__gone_at__isnull=True)
-    totals = gpus.aggregate(
-        gpus=Count("pk"),
-        mig_enabled=Count("pk", filter=Q(mig_enabled=True)),
-        unhealthy=Count("pk", filter=Q(health__in=UNHEALTHY_STATES)),
-        mean_utilization=Avg("utilization_pct"),
-        metrics_at=Max("metrics_at"),
-    )
+    """GPU totals of a set of GPUs (a cluster's or a pool's), with the products: one grouped query."""
+    groups = _gpu_groups(gpus.live().filter(node__gone_at__isnull=True), "product")
+    totals = _gpu_totals(_fold(groups))
     totals["by_product"] = _share_rows(
-        gpus.values("product").annotate(count=Count("pk"), mean_utilization=Avg("utilization_pct")).order_by("-count"),
+        sorted(_fold(groups, "product"), key=lambda row: -row["count"]),
         totals["gpus"],
         "product",
         lambda row: row["product"],

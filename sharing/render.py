@@ -7,6 +7,7 @@ and refuses what mig-parted and the device plugin accept and refuse.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -59,6 +60,7 @@ class MigDeviceSpec:
         object.__setattr__(self, "device_filter", check_device_filter(self.device_filter))
 
 
+@functools.lru_cache(maxsize=1024)  # two YAML parses a name; a 500-node preview renders the same few names
 def _yaml_key(name: str) -> str:
     # A name YAML would read as something else (true, 123, 0x1F, null; and y/n, booleans to go-yaml v2, which
     # mig-parted reads with) is quoted; label-value characters need no escaping inside double quotes.

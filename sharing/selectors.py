@@ -3,11 +3,11 @@
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
-from django.db.models import Count, Prefetch
+from django.db.models import Count
 
 from core.exceptions import ApplicationError
 from fleet.choices import ClusterDriver
-from fleet.models import Cluster, Gpu, Node, NodePool, Pod
+from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool, Pod
 from sharing.models import PoolSharing, SharingProfile
 from sharing.nvidia_import import ClusterConfigs, ImportPlan, ProposedProfile, plan_import
 from sharing.qos import PodView
@@ -49,13 +49,39 @@ DISRUPTION_TEXT = {
 }
 
 
-def _preview_nodes(nodes):
-    live_gpus = Gpu.objects.live().only("node_id", "index", "product", "mig_enabled").order_by("index")
-    return (
-        nodes.select_related("cluster", "pool")
-        .prefetch_related(Prefetch("gpus", queryset=live_gpus, to_attr="live_gpus"), "live_gpus__mig_devices", "pods")
-        .order_by("name")
-    )
+@dataclass
+class _PreviewGpu:
+    """What a preview reads of a live GPU: its place, product, MIG mode and the profiles of its MIG devices."""
+
+    index: int
+    product: str
+    mig_enabled: bool
+    mig_profiles: list[str] = field(default_factory=list)
+
+
+def _preview_nodes(nodes) -> list[Node]:
+    """The nodes in name order, each with `live_gpus` (`_PreviewGpu`) and `pod_list`: four queries, GPUs and MIG
+    devices read as tuples (model instances and a related manager per GPU cost more than the rest of a 500-node
+    preview, bench B5)."""
+    nodes = list(nodes.select_related("cluster", "pool").order_by("name"))
+    ids = [node.pk for node in nodes]
+    gpus: dict[int, list[_PreviewGpu]] = defaultdict(list)
+    by_id: dict[int, _PreviewGpu] = {}
+    rows = Gpu.objects.live().filter(node_id__in=ids).order_by("node_id", "index")
+    for pk, node_id, index, product, mig_enabled in rows.values_list(
+        "pk", "node_id", "index", "product", "mig_enabled"
+    ):
+        gpu = by_id[pk] = _PreviewGpu(index, product, mig_enabled)
+        gpus[node_id].append(gpu)
+    devices = MigDevice.objects.filter(gpu__node_id__in=ids, gpu__gone_at__isnull=True)
+    for gpu_id, profile in devices.values_list("gpu_id", "profile"):
+        by_id[gpu_id].mig_profiles.append(profile)
+    pods: dict[int, list[Pod]] = defaultdict(list)
+    for pod in Pod.objects.filter(node_id__in=ids):
+        pods[pod.node_id].append(pod)
+    for node in nodes:
+        node.live_gpus, node.pod_list = gpus[node.pk], pods[node.pk]
+    return nodes
 
 
 def _pods_losing(pods, after: dict[str, int]) -> list[Pod]:
@@ -77,7 +103,7 @@ def _geometry_changes(spec, gpus) -> bool:
     for gpu in gpus:
         if not gpu.mig_enabled:
             continue
-        observed = Counter(d.profile for d in gpu.mig_devices.all())
+        observed = Counter(gpu.mig_profiles)
         wanted = Counter({name: n for name, n in (spec.layout_for(gpu.index) or {}).items() if n})
         if observed != wanted:
             return True
@@ -118,16 +144,29 @@ def refuse_under_cluster_strategies(profile: SharingProfile, nodes, clusters: tu
         raise ApplicationError(f"{profile.name} cannot run there: {messages[0]}.", errors={"profile": messages})
 
 
-def node_impact(profile: SharingProfile, node: Node) -> NodeImpact:
-    """The impact of `profile` on one node prefetched by `_preview_nodes`, as the node's cluster would run it."""
-    spec = under_cluster_strategy(profile.to_spec(), node.cluster.mig_strategy)
-    gpus = [(g.index, g.product) for g in node.live_gpus]
-    before = {k: v for k, v in node.allocatable.items() if k.startswith("nvidia.com/")}
+def _rendered(profile: SharingProfile, strategy: str, gpus: tuple) -> tuple:
+    """The profile as a cluster with `strategy` runs it on these GPUs: its spec, and its errors, or its configs and
+    the resources they advertise. Pure, and the same for every node of one GPU shape."""
+    spec = under_cluster_strategy(profile.to_spec(), strategy)
     errors = node_validation_errors(spec, gpus)
     if errors:
+        return spec, errors, None, {}
+    return spec, [], node_config(spec, gpus), allocatable(spec, gpus)
+
+
+def node_impact(profile: SharingProfile, node: Node, shapes: dict | None = None) -> NodeImpact:
+    """The impact of `profile` on one node prefetched by `_preview_nodes`, as the node's cluster would run it.
+    `shapes` keeps the rendering per cluster strategy and GPU shape across a preview: a pool of 500 nodes has a
+    handful of shapes, and rendering each node's configs again was most of a schedule page (bench B5)."""
+    gpus = tuple((g.index, g.product) for g in node.live_gpus)
+    key = (node.cluster.mig_strategy, gpus)
+    shapes = {} if shapes is None else shapes
+    if key not in shapes:
+        shapes[key] = _rendered(profile, *key)
+    spec, errors, config, after = shapes[key]
+    before = {k: v for k, v in node.allocatable.items() if k.startswith("nvidia.com/")}
+    if errors:
         return NodeImpact(node, errors, before, {}, "none", [])
-    config = node_config(spec, gpus)
-    after = allocatable(spec, gpus)
     resets = mig_mode_changes(spec, [(g.index, g.product, g.mig_enabled) for g in node.live_gpus])
     if resets:
         disruption = "gpu-reset"
@@ -137,7 +176,7 @@ def node_impact(profile: SharingProfile, node: Node) -> NodeImpact:
         disruption = "device-plugin"
     else:
         disruption = "none"
-    losing = _pods_losing(node.pods.all(), after) if disruption != "none" else []
+    losing = _pods_losing(node.pod_list, after) if disruption != "none" else []
     return NodeImpact(node, [], before, after, disruption, resets, losing, config)
 
 
@@ -145,7 +184,8 @@ def profile_preview(profile: SharingProfile, nodes) -> list[NodeImpact]:
     """Per node: resources before → after, reset or not, pods that lose their slice, or why it cannot apply.
     Refused as a whole (ApplicationError) when a cluster's MIG strategy cannot run the profile at all."""
     refuse_under_cluster_strategies(profile, nodes)
-    return [node_impact(profile, node) for node in _preview_nodes(nodes)]
+    shapes: dict = {}
+    return [node_impact(profile, node, shapes) for node in _preview_nodes(nodes)]
 
 
 def preview_summary(impacts: list[NodeImpact]) -> dict:

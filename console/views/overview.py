@@ -11,6 +11,7 @@ from core.views import render_table_page, role_required, wants_fragment
 from fleet import agent_credentials, selectors
 from fleet.choices import ClusterDriver
 from fleet.models import Node
+from fleet.querysets import stale_q
 from fleet.tables import node_table
 from scheduling.selectors import upcoming_transitions
 from sharing.models import QoSComplianceReport
@@ -27,7 +28,7 @@ def _overview_stats() -> dict:
     agent = Q(cluster__driver=ClusterDriver.AGENT)
     extra = Node.objects.live().aggregate(
         agent_nodes=Count("pk", filter=agent),
-        stale_agents=Count("pk", filter=agent & Q(pk__in=Node.objects.stale(stats["now"]).values("pk"))),
+        stale_agents=Count("pk", filter=agent & stale_q(stats["now"])),
         policy_violations=Max(Subquery(reports.annotate(n=Sum("violation_count")).values("n"))),
         pools_violating=Max(Subquery(reports.annotate(n=Count("pk", filter=Q(violation_count__gt=0))).values("n"))),
         next_retry_at=Max(Subquery(next_retry_at_subquery())),

@@ -85,3 +85,17 @@ def test_beat_runs_each_apps_prune_daily_rollouts_before_nodes_and_core_last():
         assert isinstance(entries[task], crontab) and entries[task].hour == {settings.PRUNE_HOUR}
     minutes = [min(entries[task].minute) for task in prunes]
     assert minutes == sorted(minutes)
+
+
+def test_core_prune_refreshes_sqlite_planner_statistics():
+    if connection.vendor != "sqlite":
+        pytest.skip("PostgreSQL's autovacuum keeps its statistics")
+    NodeFactory.create_batch(3)
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS sqlite_stat1")  # as a database nobody analysed
+
+    retention.core_prune(now=NOW)
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM sqlite_stat1 WHERE tbl = 'fleet_node'")
+        assert cursor.fetchone()[0] > 0
