@@ -108,3 +108,26 @@ class ScheduleException(models.Model):
 
     def __str__(self):
         return f"{self.date} {self.note}"
+
+
+class KueueBinding(models.Model):
+    """A pool's Kueue quota, kept in step with its layout: Tessera owns one ResourceFlavor per GPU product of the
+    pool and those flavors' nominalQuota in the named ClusterQueues (scheduling/quota.py, worker/kueue.py)."""
+
+    pool = models.OneToOneField(NodePool, on_delete=models.CASCADE, related_name="kueue")
+    enabled = models.BooleanField(default=True)
+    cluster_queues = models.JSONField(default=list, help_text="Names of the ClusterQueues whose quota Tessera sets.")
+    lead_minutes = models.PositiveIntegerField(
+        default=15, help_text="How long before a scheduled transition the quota of vanishing resources is lowered."
+    )
+    # Written by the sync (worker/kueue.py): per ClusterQueue, why Tessera does not write it (someone else changed
+    # a quota Tessera wrote), and the last error.
+    drift = models.JSONField(default=dict, blank=True)
+    last_error = models.TextField(blank=True)
+    synced_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["pool__name"]
+
+    def __str__(self):
+        return f"Kueue quota of {self.pool}"

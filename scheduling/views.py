@@ -28,7 +28,8 @@ from scheduling.forms import (
     filled,
     window_initial,
 )
-from scheduling.models import Schedule, ScheduleWindow
+from scheduling.kueue import transition_quota
+from scheduling.models import KueueBinding, Schedule, ScheduleWindow
 from scheduling.timeline import days_text, value_labeller, week_timeline
 from sharing import selectors as sharing_selectors
 from sharing.models import PoolSharing
@@ -104,11 +105,15 @@ def schedule_detail(request, pk):
         window.days_text = days_text(window.weekdays)
     transitions = selectors.schedule_transitions(schedule, now, now + timedelta(days=TRANSITION_DAYS))
     following = schedule.pool.nodes.live().filter(pin__isnull=True).count()
+    kueue = KueueBinding.objects.filter(pool_id=schedule.pool_id, enabled=True).first()
+    quotas = [transition_quota(schedule.pool, t) if kueue else None for t in transitions]
     context = {
         "schedule": schedule,
         "pool_default": default.profile if default else None,
         "timeline": _timeline(calendar, label, now=now),
         "transitions": transitions,
+        "transition_rows": list(zip(transitions, quotas, strict=True)),
+        "kueue": kueue,
         "following": following,
         "days": TRANSITION_DAYS,
     }

@@ -16,6 +16,7 @@ from simulator import admission, metrics, nodes, tls
 from simulator.errors import ApiError
 from simulator.faults import Faults
 from simulator.fleet import SimNode, generate_node
+from simulator.kueue import Kueue
 from simulator.operator import DEVICE_PLUGIN, MIG_MANAGER, GpuOperator
 from simulator.operator_objects import DEFAULT_MIG_CONFIGMAP, cluster_policy
 from simulator.persist import Persister, Snapshot, Start, StateFile, log
@@ -101,6 +102,7 @@ class Simulator:
         self.workload = Workload(self.store, cfg.seed)
         self.service_account_tokens = ServiceAccountTokens()
         self.operator: GpuOperator | None = None
+        self.kueue = Kueue(self.store)
         self.url = ""
         self.kubeconfig_path = ""
         self.ca_path = ""
@@ -136,6 +138,7 @@ class Simulator:
         self.kubeconfig_path = cfg.kubeconfig_path or str(state_dir / "kubeconfig")
         tls.write_kubeconfig(Path(self.kubeconfig_path), self.url, cert, self.token)
         self.operator.start()
+        self.kueue.start()
         if self.restored:
             self._report_restored(begin)
         if self._state_file is not None:
@@ -167,6 +170,7 @@ class Simulator:
             self._server = None
         if self.operator is not None:
             self.operator.stop()
+        self.kueue.stop()
         if persister is not None:
             self._state_file.write(self._collect(final=True), clean=True)
         if self._temp_dir:
@@ -198,6 +202,7 @@ class Simulator:
                 store.start_at(begin.resource_version if begin else 0)
                 self._seed_fleet()
             store.add_listener(self.operator.on_change)
+            store.add_listener(self.kueue.on_change)
         finally:
             gc.enable()
 
@@ -310,8 +315,8 @@ class Simulator:
         return found
 
     def settle(self, timeout: float = 10.0) -> bool:
-        """Wait until the operator has nothing queued or scheduled (wedged nodes count as settled)."""
-        return self.operator.settle(timeout)
+        """Wait until the operator and Kueue have nothing queued or scheduled (wedged nodes count as settled)."""
+        return self.operator.settle(timeout) and self.kueue.settle(timeout)
 
     def restart_mig_manager(self, node: str) -> None:
         self._require_node(node)

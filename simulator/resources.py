@@ -130,6 +130,57 @@ VALIDATING_ADMISSION_POLICY_BINDINGS = ResourceType(
     _META_FIELDS,
 )
 
+# Kueue (kueue.x-k8s.io/v1beta1, sigs.k8s.io/kueue apis/kueue/v1beta1, docs/kueue.md): scopes, short names and the
+# status subresource as the CRDs declare them. The simulator's own admission controller is simulator/kueue.py.
+KUEUE_GROUP = "kueue.x-k8s.io"
+RESOURCE_FLAVORS = ResourceType(
+    "resourceflavors",
+    "resourceflavor",
+    "ResourceFlavor",
+    KUEUE_GROUP,
+    "v1beta1",
+    False,
+    _READ + _WRITE,
+    ("flavor", "flavors", "rf"),
+    _META_FIELDS,
+)
+CLUSTER_QUEUES = ResourceType(
+    "clusterqueues",
+    "clusterqueue",
+    "ClusterQueue",
+    KUEUE_GROUP,
+    "v1beta1",
+    False,
+    _READ + _WRITE,
+    ("cq",),
+    _META_FIELDS,
+)
+LOCAL_QUEUES = ResourceType(
+    "localqueues",
+    "localqueue",
+    "LocalQueue",
+    KUEUE_GROUP,
+    "v1beta1",
+    True,
+    _READ + _WRITE,
+    ("queue", "queues", "lq"),
+    _META_FIELDS,
+)
+WORKLOADS = ResourceType(
+    "workloads",
+    "workload",
+    "Workload",
+    KUEUE_GROUP,
+    "v1beta1",
+    True,
+    _READ + _WRITE,
+    ("kwl", "kueueworkload", "kueueworkloads"),
+    _META_FIELDS,
+)
+KUEUE = (RESOURCE_FLAVORS, CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS)
+# Served with a `status` subresource: the main endpoint keeps status as it is, `<name>/status` changes only status.
+STATUS_SUBRESOURCE = frozenset({"clusterqueues", "localqueues", "workloads"})
+
 ALL = (
     NODES,
     PODS,
@@ -142,6 +193,7 @@ ALL = (
     CLUSTER_POLICIES,
     VALIDATING_ADMISSION_POLICIES,
     VALIDATING_ADMISSION_POLICY_BINDINGS,
+    *KUEUE,
 )
 BY_GROUP_VERSION: dict[tuple[str, str], dict[str, ResourceType]] = {}
 for _resource in ALL:
@@ -163,7 +215,7 @@ _SUBRESOURCES = {
         {"name": "pods/proxy", "singularName": "", "namespaced": True, "kind": "PodProxyOptions", "verbs": ["get"]},
     ]
 }
-GROUPS = (("apps", "v1"), ("policy", "v1"), ("nvidia.com", "v1"), (ADMISSION_GROUP, "v1"))
+GROUPS = (("apps", "v1"), ("policy", "v1"), ("nvidia.com", "v1"), (ADMISSION_GROUP, "v1"), (KUEUE_GROUP, "v1beta1"))
 
 
 def api_versions() -> dict:
@@ -199,6 +251,17 @@ def api_resource_list(group: str, version: str, unserved: frozenset[str] = froze
         r.discovery() for r in BY_GROUP_VERSION.get((group, version), {}).values() if r.qualified not in unserved
     ]
     resources += _SUBRESOURCES.get((group, version), [])
+    resources += [
+        {
+            "name": f"{r.plural}/status",
+            "singularName": "",
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": ["get", "patch", "update"],
+        }
+        for r in BY_GROUP_VERSION.get((group, version), {}).values()
+        if r.plural in STATUS_SUBRESOURCE and r.qualified not in unserved
+    ]
     return {
         "kind": "APIResourceList",
         "apiVersion": "v1",

@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from simulator import control, protobuf, resources, tables
 from simulator.errors import ApiError
-from simulator.resources import NODES, PODS, ResourceType
+from simulator.resources import NODES, PODS, STATUS_SUBRESOURCE, ResourceType
 from simulator.selectors import build_matcher
 from simulator.serviceaccounts import TOKEN_REVIEW_PATH
 from simulator.workload import check_eviction
@@ -308,7 +308,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _object(self, method: str, resource: ResourceType, namespace: str, name: str, query: dict, body: bytes) -> None:
         store = self.server.sim.store
-        keep = _STATUS_KEPT.get(resource.plural, ())
+        keep = _STATUS_KEPT.get(resource.plural, ()) or (("status",) if resource.plural in STATUS_SUBRESOURCE else ())
         if method == "GET":
             self._allow(resource, "get", method)
             entry = store.get(resource, namespace, name)
@@ -350,6 +350,9 @@ class Handler(BaseHTTPRequestHandler):
         self, method: str, resource: ResourceType, namespace: str, name: str, sub: list[str], body: bytes
     ) -> None:
         sim = self.server.sim
+        if sub == ["status"] and resource.plural in STATUS_SUBRESOURCE:
+            self._status(method, resource, namespace, name, body)
+            return
         if resource is PODS and sub == ["eviction"] and method == "POST":
             eviction = self._decode(body) or {}
             if not isinstance(eviction, dict) or eviction.get("metadata", {}).get("name", name) != name:
@@ -383,6 +386,23 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
             return
         raise ApiError.path_not_found(f"/{resource.plural}/{name}/{'/'.join(sub)}")
+
+    def _status(self, method: str, resource: ResourceType, namespace: str, name: str, body: bytes) -> None:
+        """The status subresource of a custom resource: GET reads the object, PUT and PATCH change its status only
+        (everything else is kept as stored, as the API server does for CRDs with `subresources.status`)."""
+        store = self.server.sim.store
+        if method == "GET":
+            self._send(200, store.get(resource, namespace, name).raw)
+            return
+        if method == "PUT":
+            obj = self._object_body(body, resource)
+            self._send_json(200, store.replace(resource, namespace, name, obj, keep_all_but=("status",)))
+        elif method == "PATCH":
+            content_type = self.headers.get("Content-Type", "")
+            patched = store.patch(resource, namespace, name, content_type, self._decode(body), keep_all_but=("status",))
+            self._send_json(200, patched)
+        else:
+            raise ApiError.method_not_allowed(method, f"{resource.plural}/status")
 
     def _object_body(self, body: bytes, resource: ResourceType) -> dict:
         obj = self._decode(body)

@@ -251,8 +251,17 @@ class Store:
             meta.pop("resourceVersion", None)
             return self._commit(resource, key, None, obj)
 
-    def replace(self, resource: ResourceType, namespace: str, name: str, obj: dict, keep: tuple[str, ...] = ()) -> dict:
-        """PUT: unconditional without a resourceVersion, 409 when it is stale; `keep` fields are not writable."""
+    def replace(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        obj: dict,
+        keep: tuple[str, ...] = (),
+        keep_all_but: tuple[str, ...] | None = None,
+    ) -> dict:
+        """PUT: unconditional without a resourceVersion, 409 when it is stale; `keep` fields are not writable, or,
+        with `keep_all_but` (a status subresource), only those fields are."""
         with self._lock:
             current = self.get(resource, namespace, name).obj
             meta = obj.setdefault("metadata", {})
@@ -263,7 +272,7 @@ class Store:
                 raise ApiError.bad_request(
                     f"the name of the object ({meta['name']}) does not match the name on the URL"
                 )
-            _keep(current, obj, keep)
+            _keep(current, obj, _kept(current, obj, keep, keep_all_but))
             return self._commit(resource, (namespace, name), current, obj)
 
     def patch(
@@ -274,6 +283,7 @@ class Store:
         content_type: str,
         body: Any,
         keep: tuple[str, ...] = (),
+        keep_all_but: tuple[str, ...] | None = None,
     ) -> dict:
         """A resourceVersion inside a merge patch is a precondition, as on the real server."""
         with self._lock:
@@ -284,7 +294,7 @@ class Store:
                 raise ApiError.conflict(resource.plural, name, resource.group)
             if meta.get("name") != name:
                 raise ApiError.bad_request("metadata.name cannot be changed by a patch")
-            _keep(current, patched, keep)
+            _keep(current, patched, _kept(current, patched, keep, keep_all_but))
             return self._commit(resource, (namespace, name), current, patched)
 
     def mutate(self, resource: ResourceType, namespace: str, name: str, change: Callable[[dict], None]) -> dict | None:
@@ -407,6 +417,13 @@ def _keep(current: dict, new: dict, fields: tuple[str, ...]) -> None:
             new[name] = clone(current[name])
         else:
             new.pop(name, None)
+
+
+def _kept(current: dict, new: dict, keep: tuple[str, ...], keep_all_but: tuple[str, ...] | None) -> tuple[str, ...]:
+    """Top-level fields a write may not change; metadata stays writable (its resourceVersion is the precondition)."""
+    if keep_all_but is None:
+        return keep
+    return tuple(k for k in {*current, *new} if k not in keep_all_but and k not in ("metadata", "kind", "apiVersion"))
 
 
 def _encode_continue(last_obj: dict, rv: int) -> str:

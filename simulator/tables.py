@@ -251,6 +251,55 @@ _COLUMNS: dict[str, tuple[list[dict], Callable[[dict], list]]] = {
 }
 
 
+def _condition_status(obj: dict, kind: str) -> str:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return next((c.get("status", "") for c in conditions if c.get("type") == kind), "")
+
+
+# Kueue's printer columns (kubebuilder:printcolumn in apis/kueue/v1beta1, docs/kueue.md), priority 0 only.
+_COLUMNS.update(
+    {
+        "resourceflavors": (
+            [_NAME, _AGE],
+            lambda rf: [rf["metadata"]["name"], _age(rf["metadata"].get("creationTimestamp"))],
+        ),
+        "clusterqueues": (
+            [_NAME, _column("Cohort"), _column("Pending Workloads", kind="integer")],
+            lambda cq: [
+                cq["metadata"]["name"],
+                (cq.get("spec") or {}).get("cohort", ""),
+                (cq.get("status") or {}).get("pendingWorkloads", 0),
+            ],
+        ),
+        "localqueues": (
+            [
+                _NAME,
+                _column("ClusterQueue"),
+                _column("Pending Workloads", kind="integer"),
+                _column("Admitted Workloads", kind="integer"),
+            ],
+            lambda lq: [
+                lq["metadata"]["name"],
+                (lq.get("spec") or {}).get("clusterQueue", ""),
+                (lq.get("status") or {}).get("pendingWorkloads", 0),
+                (lq.get("status") or {}).get("admittedWorkloads", 0),
+            ],
+        ),
+        "workloads": (
+            [_NAME, _column("Queue"), _column("Reserved in"), _column("Admitted"), _column("Finished"), _AGE],
+            lambda wl: [
+                wl["metadata"]["name"],
+                (wl.get("spec") or {}).get("queueName", ""),
+                ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue", ""),
+                _condition_status(wl, "Admitted"),
+                _condition_status(wl, "Finished"),
+                _age(wl["metadata"].get("creationTimestamp")),
+            ],
+        ),
+    }
+)
+
+
 def _partial_metadata(obj: dict) -> dict:
     return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
 

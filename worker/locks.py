@@ -25,6 +25,7 @@ class LockNamespace:
 
 WATCH = LockNamespace(0x7E55, "watch-cluster")  # `manage.py watch_clusters`: one watcher per cluster
 ADMISSION = LockNamespace(0x7E56, "admission-sync")  # one admission pass per cluster at a time
+KUEUE = LockNamespace(0x7E57, "kueue-sync")  # one Kueue quota pass per pool at a time (keyed by the pool id)
 
 
 class ClusterLock:

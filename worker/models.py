@@ -267,3 +267,25 @@ class ChangePhaseBucket(models.Model):
 
     def __str__(self):
         return f"{self.phase}→{self.outcome} [{self.bucket}]: {self.count}"
+
+
+class KueueQuotaWrite(models.Model):
+    """The nominalQuota Tessera last wrote for one flavor's resource in one ClusterQueue: a live value that differs
+    was written by someone else (drift, reported and left alone until an admin takes the queue over)."""
+
+    pool = models.ForeignKey("fleet.NodePool", on_delete=models.CASCADE, related_name="+")
+    cluster_queue = models.CharField(max_length=253)
+    flavor = models.CharField(max_length=253)
+    resource = models.CharField(max_length=253)
+    value = models.PositiveIntegerField()
+    written_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pool", "cluster_queue", "flavor", "resource"], name="%(app_label)s_%(class)s_unique"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.cluster_queue}/{self.flavor}/{self.resource}={self.value}"

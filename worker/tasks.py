@@ -9,6 +9,7 @@ from fleet.models import Cluster, NodePool
 from scheduling.services import pool_compliance_check
 from sharing import services as sharing_services
 from worker import admission as admission_module
+from worker import kueue as kueue_module
 from worker import reconcile as reconcile_module
 from worker import services, telemetry
 from worker.choices import IN_FLIGHT_STATUSES, RolloutStatus
@@ -38,7 +39,22 @@ def reconcile_tick() -> dict:
         admission = admission_module.clusters_out_of_date()
         for cluster_id in admission:
             admission_sync.apply_async((cluster_id,), expires=ADMISSION_TICK_SECONDS)
-    return {"created": created, "advanced": len(active), "admission": len(admission), "pins_expired": expired}
+        kueue_pools = kueue_module.bindings_to_sync()
+        for pool_id in kueue_pools:
+            kueue_sync.apply_async((pool_id,), expires=RECONCILE_TICK_SECONDS)
+    return {
+        "created": created,
+        "advanced": len(active),
+        "admission": len(admission),
+        "pins_expired": expired,
+        "kueue": len(kueue_pools),
+    }
+
+
+@shared_task(soft_time_limit=25, time_limit=30)
+def kueue_sync(pool_id: int) -> dict:
+    """Keep one pool's Kueue flavors and quota in step with its layout (worker/kueue.py); idempotent."""
+    return kueue_module.kueue_sync(pool_id)
 
 
 @shared_task(soft_time_limit=50, time_limit=60)

@@ -34,7 +34,7 @@ def _selects(selector: dict, labels: dict) -> bool:
 
 def test_overlays_and_components_exist():
     assert OVERLAYS == ["agent-only", "gpu-operator"]
-    assert COMPONENTS == ["admission"]
+    assert COMPONENTS == ["admission", "kueue"]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

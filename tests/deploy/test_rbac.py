@@ -30,7 +30,13 @@ CALLS = {
     "create_namespaced_config_map": [("configmaps", "create", OPERATOR)],
     "replace_namespaced_config_map": [("configmaps", "update", OPERATOR)],
     "list_cluster_custom_object": [("clusterpolicies", "list", CLUSTER)],
-    "patch_cluster_custom_object": [("clusterpolicies", "patch", CLUSTER)],
+    "patch_cluster_custom_object": [
+        ("clusterpolicies", "patch", CLUSTER),
+        ("resourceflavors", "patch", CLUSTER),  # Kueue (deploy/components/kueue)
+        ("clusterqueues", "patch", CLUSTER),
+    ],
+    "get_cluster_custom_object": [("resourceflavors", "get", CLUSTER), ("clusterqueues", "get", CLUSTER)],
+    "create_cluster_custom_object": [("resourceflavors", "create", CLUSTER)],
     **{
         f"{verb}_validating_admission_policy{suffix}": [(f"validatingadmissionpolic{plural}", rbac, CLUSTER)]
         for suffix, plural in (("", "ies"), ("_binding", "ybindings"))
@@ -46,7 +52,7 @@ CALLS = {
 # The dcgm-exporter scrape moves from the node proxy to the exporter pods' proxy (worker/inventory): the node proxy
 # is no longer granted, the pod proxy already is.
 MOVING = {("nodes/proxy", "get", CLUSTER), ("pods/proxy", "get", OPERATOR)}
-CALL = re.compile(r"\.((?:list|read|patch|create|delete|replace|connect_get)_[a-z_]+)\b")
+CALL = re.compile(r"\.((?:list|read|patch|create|delete|replace|connect_get)_[a-z_]+|get_cluster_custom_object)\b")
 
 
 def _called() -> set[str]:
@@ -101,9 +107,12 @@ def test_each_overlay_grants_only_what_its_clusters_need(grants):
     operator = grants["gpu-operator"]
     assert ("nodes", "patch", CLUSTER) in operator and ("configmaps", "update", OPERATOR) in operator
     assert not {g for g in operator if g[0].startswith("validatingadmission")}  # only with the admission component
+    assert not {g for g in operator if g[0] in ("resourceflavors", "clusterqueues")}  # only with the kueue component
     assert {g[0] for g in grants["gpu-operator+components"] - operator} == {
         "validatingadmissionpolicies",
         "validatingadmissionpolicybindings",
+        "resourceflavors",
+        "clusterqueues",
     }
 
 

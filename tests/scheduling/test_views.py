@@ -10,6 +10,7 @@ from django.urls import reverse
 from core.audit import Actor
 from fleet.models import Cluster
 from scheduling import services
+from scheduling.kueue import kueue_binding_set
 from scheduling.models import Schedule
 from scheduling.timeline import TL_HOUR, TL_LABEL, value_labeller, week_timeline
 from sharing import services as sharing_services
@@ -242,6 +243,23 @@ def test_schedule_page_lists_transitions_and_the_next_impact(client, viewer, act
     assert html.count('<td class="num">3</td>') == 14  # two switches a day
     assert "Impact of the next change" in html and f"?pool={pool.pk}" in html
     assert "GPU reset" in html
+
+
+def test_schedule_page_shows_kueue_quota_before_and_after_each_transition(client, viewer, actor, pool, profiles):
+    schedule = day_night(actor, pool, profiles, weekdays=list(range(7)))
+    html = login(client, viewer).get(schedule.get_absolute_url()).content.decode()
+    assert "Kueue quota" not in html  # no binding: no column
+    kueue_binding_set(actor=actor, pool=pool, cluster_queues=["gpu"])
+    html = login(client, viewer).get(schedule.get_absolute_url()).content.decode()
+    assert "Kueue quota (before → after)" in html
+    # 3 nodes × 2 H100s: 6 whole GPUs ↔ 42 slices of 1g.10gb, every switch in one direction or the other.
+    assert (
+        html.count("<code>nvidia.com/gpu</code> 6 → <strong>0</strong>")
+        + html.count("<code>nvidia.com/gpu</code> 0 → <strong>6</strong>")
+        == 14
+    )
+    assert "<code>nvidia.com/mig-1g.10gb</code> 0 → <strong>42</strong>" in html
+    assert "tessera-inference-nvidia-h100-80gb-hbm3" in html
 
 
 def test_next_impact_says_when_the_clusters_mig_strategy_now_refuses_the_profile(client, viewer, actor, pool, profiles):
