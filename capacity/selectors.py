@@ -84,12 +84,12 @@ def pool_shape(pool: NodePool) -> tuple[int, int, list[str]]:
     return len(node_ids), gpus, products
 
 
-def recommendation(pool: NodePool, window: Window, end: datetime) -> whatif.Recommendation:
-    """The layout that would have served the window's demand of the week before `end` best."""
+def recommendation(pool: NodePool, window: Window, week: dict[datetime, dict[str, dict]]) -> whatif.Recommendation:
+    """The layout that would have served the window's demand of the recorded week (week_demand) best."""
     nodes, gpus, products = pool_shape(pool)
     samples = [
         (max((r["seconds"] for r in by_resource.values()), default=0), {r: _demand(v) for r, v in by_resource.items()})
-        for at, by_resource in week_demand(pool, end).items()
+        for at, by_resource in week.items()
         if at in window
     ]
     options = whatif.candidates(products, gpus_per_node=gpus, pool_nodes=nodes) if nodes and gpus else []

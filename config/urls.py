@@ -15,6 +15,7 @@ api_v1 = [
     path("", include("sharing.api.urls")),
     path("", include("scheduling.api.urls")),
     path("", include("worker.api.urls")),
+    path("", include("capacity.api.urls")),
 ]
 
 urlpatterns = [
@@ -26,6 +27,7 @@ urlpatterns = [
     path("", include("sharing.urls")),
     path("", include("scheduling.urls")),
     path("", include("worker.urls")),
+    path("", include("capacity.urls")),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves Swagger UI's start-up script as a file: the Content-Security-Policy allows no inline script.
