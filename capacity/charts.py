@@ -42,9 +42,12 @@ def week_charts(week: dict[datetime, dict[str, dict]], start: datetime) -> list[
     span = timedelta(days=7).total_seconds()
     plot_w, plot_h = WIDTH - LEFT - 8, HEIGHT - BOTTOM - TOP
     series: dict[str, list[tuple[datetime, float, float, float]]] = defaultdict(list)
+    resources = {resource for by_resource in week.values() for resource in by_resource}
     for at in sorted(week):
-        for resource, row in week[at].items():
-            series[resource].append((at, row["capacity"], row["used"] + row["pending_units"], row["used"]))
+        for resource in resources:  # a resource not in a sample was neither offered nor asked for then: 0
+            row = week[at].get(resource)
+            values = (row["capacity"], row["used"] + row["pending_units"], row["used"]) if row else (0, 0, 0)
+            series[resource].append((at, *values))
     days = tuple((round(LEFT + plot_w * i / 7, 1), (start + timedelta(days=i)).strftime("%a %d")) for i in range(7))
     charts = []
     for resource in sorted(series):

@@ -17,8 +17,8 @@ class WindowForm(forms.Form):
     """The window of the week whose recorded demand the recommendation replays (default: Mon–Fri 08–20)."""
 
     weekdays = WeekdaysField(required=False)
-    start = forms.TimeField(widget=forms.TimeInput(attrs={"type": "time"}))
-    end = forms.TimeField(widget=forms.TimeInput(attrs={"type": "time"}))
+    start = forms.TimeField(widget=forms.TimeInput(attrs={"type": "time"}, format="%H:%M"))
+    end = forms.TimeField(widget=forms.TimeInput(attrs={"type": "time"}, format="%H:%M"))
     time_zone = forms.CharField(max_length=64)
 
     DEFAULT = Window()
@@ -66,8 +66,8 @@ class GpuHoursForm(forms.Form):
     pool = forms.ModelChoiceField(
         queryset=NodePool.objects.select_related("cluster"), required=False, empty_label="All pools"
     )
-    start = forms.DateField(label="From", widget=forms.DateInput(attrs={"type": "date"}))
-    end = forms.DateField(label="To", widget=forms.DateInput(attrs={"type": "date"}))
+    start = forms.DateField(label="From", widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"))
+    end = forms.DateField(label="To", widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"))
     group_by = forms.ChoiceField(choices=[(g, g.capitalize()) for g in sorted(GROUPS)], label="Group by")
 
     def __init__(self, data=None, **kwargs):
