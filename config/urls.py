@@ -16,6 +16,7 @@ api_v1 = [
     path("", include("sharing.api.urls")),
     path("", include("scheduling.api.urls")),
     path("", include("worker.api.urls")),
+    path("", include("capacity.api.urls")),
 ]
 
 handler404 = core_views.page_not_found
@@ -29,6 +30,7 @@ urlpatterns = [
     path("", include("sharing.urls")),
     path("", include("scheduling.urls")),
     path("", include("worker.urls")),
+    path("", include("capacity.urls")),
     path("admin/login/", admin_sign_in, name="admin_sign_in"),  # before admin's own: password sign-in may be off
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -341,6 +341,33 @@ class Pod(models.Model):
     spec = models.JSONField(
         default=dict, blank=True, help_text="Container requests/limits, tolerations: for QoS rules."
     )
+    labels = models.JSONField(default=dict, blank=True, help_text="The pod's labels (GPU-hours per team).")
+    created_at = models.DateTimeField(null=True, blank=True, help_text="The pod's creationTimestamp.")
+    scheduled_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a node took it (PodScheduled); minus created_at, how long it waited."
+    )
+    observed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["namespace", "name"]
+        constraints = [models.UniqueConstraint(fields=["uid"], name="%(app_label)s_%(class)s_unique_uid")]
+
+    def __str__(self):
+        return f"{self.namespace}/{self.name}"
+
+
+class PendingPod(models.Model):
+    """A pod asking for GPU resources that no node took yet, as last listed: the demand that waits. Replaced as a
+    whole per cluster by each pod sync; capacity/ samples it per pool."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pending_pods")
+    namespace = models.CharField(max_length=253)
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64)
+    labels = models.JSONField(default=dict, blank=True)
+    gpu_resources = models.JSONField(default=dict, help_text="GPU resources it asks for, e.g. {'nvidia.com/gpu': 1}.")
+    node_selector = models.JSONField(default=dict, blank=True, help_text="spec.nodeSelector: which pool it waits for.")
+    created_at = models.DateTimeField(help_text="The pod's creationTimestamp: it has waited since.")
     observed_at = models.DateTimeField()
 
     class Meta:

@@ -1,6 +1,7 @@
 """What a node reported, as plain values: the one input shape for every source (Kubernetes sync, agent, seed)."""
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,8 @@ class GpuMetrics:
 
 @dataclass(frozen=True)
 class PodObservation:
-    """A pod on a node that holds GPU resources (the only pods Tessera tracks)."""
+    """A pod on a node that holds GPU resources (the only pods Tessera tracks); its labels and times feed the
+    demand and GPU-hours records (capacity/)."""
 
     namespace: str
     name: str
@@ -101,3 +103,19 @@ class PodObservation:
     owner_name: str = ""
     gpu_resources: dict = field(default_factory=dict)
     spec: dict = field(default_factory=dict)
+    labels: dict = field(default_factory=dict)
+    created_at: datetime | None = None  # metadata.creationTimestamp
+    scheduled_at: datetime | None = None  # the PodScheduled condition's lastTransitionTime
+
+
+@dataclass(frozen=True)
+class PendingPodObservation:
+    """A pod that asks for GPU resources and no node took yet: demand waiting (capacity/ records it per pool)."""
+
+    namespace: str
+    name: str
+    uid: str
+    gpu_resources: dict
+    created_at: datetime
+    labels: dict = field(default_factory=dict)
+    node_selector: dict = field(default_factory=dict)

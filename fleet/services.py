@@ -15,8 +15,14 @@ from fleet.choices import ClusterMigStrategy, ConnectionState
 from fleet.cluster_access import cluster_access_errors
 from fleet.health import gpu_health
 from fleet.labels import common_labels, labels_text, parse_selector, selector_matches
-from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool, Pod
-from fleet.observations import GpuMetrics, MigDeviceObservation, NodeObservation, PodObservation
+from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool, PendingPod, Pod
+from fleet.observations import (
+    GpuMetrics,
+    MigDeviceObservation,
+    NodeObservation,
+    PendingPodObservation,
+    PodObservation,
+)
 
 CHUNK = 900  # stays below SQLite's bound-parameter limit with room for other parameters
 MEMBERS_AUDITED = 50  # names of nodes that joined or left a pool, per audit event
@@ -624,7 +630,7 @@ def _adapt_datetimes(row: list) -> list:
 
 
 POD_FIELDS = ("namespace", "name", "phase", "qos_class", "priority_class", "owner_kind", "owner_name",
-              "gpu_resources", "spec")  # fmt: skip
+              "gpu_resources", "spec", "labels", "created_at", "scheduled_at")  # fmt: skip
 
 
 @transaction.atomic
@@ -653,3 +659,22 @@ def pods_record(*, cluster: Cluster, pods_by_node: dict[str, Sequence[PodObserva
     Pod.objects.bulk_update(to_update, [*POD_FIELDS, "node", "observed_at"], batch_size=500)
     Pod.objects.bulk_create(to_create, batch_size=500)
     return len(to_create) + len(to_update)
+
+
+@transaction.atomic
+def pending_pods_record(*, cluster: Cluster, pods: Sequence[PendingPodObservation], now=None) -> int:
+    """Replace the cluster's pending GPU pods with this listing (idempotent): pods that started or went are removed."""
+    now = now or timezone.now()
+    PendingPod.objects.filter(cluster=cluster).exclude(uid__in=[p.uid for p in pods]).delete()
+    stored = set(PendingPod.objects.filter(cluster=cluster).values_list("uid", flat=True))
+    fields = ("namespace", "name", "labels", "gpu_resources", "node_selector", "created_at")
+    PendingPod.objects.bulk_create(
+        [
+            PendingPod(cluster=cluster, uid=p.uid, observed_at=now, **{f: getattr(p, f) for f in fields})
+            for p in pods
+            if p.uid not in stored
+        ],
+        batch_size=500,
+        ignore_conflicts=True,  # a uid listed under another cluster's row (a re-registered cluster) keeps that row
+    )
+    return len(pods)

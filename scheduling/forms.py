@@ -177,6 +177,20 @@ def filled(formset) -> list:
     ]
 
 
+def prefilled_window(query) -> dict | None:
+    """A window to add, from `?window_weekdays=0&window_weekdays=1&window_start=08:00&window_end=20:00&window_profile=3`
+    (what a capacity recommendation proposes); None when the query proposes none. The editor checks it on save."""
+    if not query.get("window_profile"):
+        return None
+    return {
+        "name": query.get("window_name", ""),
+        "weekdays": [int(d) for d in query.getlist("window_weekdays") if d.isdigit() and int(d) < 7],
+        "start": query.get("window_start", ""),
+        "end": query.get("window_end", ""),
+        "profile": query.get("window_profile"),
+    }
+
+
 def window_initial(schedule) -> list[dict]:
     return [
         {

@@ -26,6 +26,7 @@ from scheduling.forms import (
     WindowFormSet,
     exception_initial,
     filled,
+    prefilled_window,
     window_initial,
 )
 from scheduling.kueue import transition_quota
@@ -138,9 +139,13 @@ def _editor_forms(request, schedule=None):
             WindowFormSet(request.POST, prefix="windows"),
             ExceptionFormSet(request.POST, prefix="exceptions"),
         )
+    # A window proposed elsewhere (a capacity recommendation's "draft schedule") comes in the query string.
+    proposed = prefilled_window(request.GET)
+    windows_initial = (window_initial(schedule) if schedule else []) + ([proposed] if proposed else [])
+    initial = None if schedule else {k: request.GET[k] for k in ("pool", "name", "time_zone") if request.GET.get(k)}
     return (
-        ScheduleForm(schedule=schedule),
-        WindowFormSet(prefix="windows", initial=window_initial(schedule) if schedule else None),
+        ScheduleForm(schedule=schedule, **({"initial": initial} if initial else {})),
+        WindowFormSet(prefix="windows", initial=windows_initial or None),
         ExceptionFormSet(prefix="exceptions", initial=exception_initial(schedule) if schedule else None),
     )
 

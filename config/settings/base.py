@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "sharing",
     "scheduling",
     "worker",
+    "capacity",
     "agents",
     "console",
 ]
@@ -328,6 +329,8 @@ TESSERA = {
         "ROLLOUTS_DAYS": env.int("TESSERA_RETAIN_ROLLOUTS_DAYS", default=180),
         # Celery task results (none are stored since CELERY_TASK_IGNORE_RESULT; rows from before go).
         "TASK_RESULTS_DAYS": env.int("TESSERA_RETAIN_TASK_RESULTS_DAYS", default=1),
+        # Demand and usage samples per pool (capacity/): what recommendations and GPU-hours per team read.
+        "DEMAND_DAYS": env.int("TESSERA_RETAIN_DEMAND_DAYS", default=35),
         # Rows deleted per transaction: a first prune of a large backlog never holds the write lock for long.
         "BATCH_SIZE": env.int("TESSERA_RETAIN_BATCH_SIZE", default=500),
     },
@@ -349,6 +352,12 @@ TESSERA = {
     "KUBECONFIG_DIR": env("TESSERA_KUBECONFIG_DIR", default="/etc/tessera/kubeconfigs"),
     "KUBECONFIG_ALLOW_EXEC": env.bool("TESSERA_KUBECONFIG_ALLOW_EXEC", default=False),
     "METRICS_URL_ALLOW": env.list("TESSERA_METRICS_URL_ALLOW", default=["*.svc", "*.svc.cluster.local"]),
+    # Demand and usage history (capacity/): sampled every SAMPLE_MINUTES (each sample stands for that long, the
+    # sampling error of GPU-hours), GPU-hours per team by the value of this pod label.
+    "CAPACITY": {
+        "SAMPLE_MINUTES": env.int("TESSERA_CAPACITY_SAMPLE_MINUTES", default=5),
+        "TEAM_LABEL": env("TESSERA_CAPACITY_TEAM_LABEL", default="team"),
+    },
 }
 # The daily prunes (UTC, off-peak): each app prunes what it owns. Rollouts first (a gone node stays while a kept
 # rollout names it), then the fleet, then core, which also checkpoints and truncates the SQLite WAL.
@@ -389,6 +398,16 @@ CELERY_BEAT_SCHEDULE = {
     "fleet-retention-prune": {
         "task": "fleet.tasks.retention_prune",
         "schedule": crontab(hour=PRUNE_HOUR, minute=20),
+        "options": {"expires": 3600},
+    },
+    "capacity-sample": {
+        "task": "capacity.tasks.sample",
+        "schedule": 60.0 * env.int("TESSERA_CAPACITY_SAMPLE_MINUTES", default=5),
+        "options": {"expires": 60.0 * env.int("TESSERA_CAPACITY_SAMPLE_MINUTES", default=5)},
+    },
+    "capacity-retention-prune": {
+        "task": "capacity.tasks.retention_prune",
+        "schedule": crontab(hour=PRUNE_HOUR, minute=30),
         "options": {"expires": 3600},
     },
     "core-retention-prune": {

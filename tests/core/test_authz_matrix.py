@@ -115,6 +115,7 @@ ACCESS: dict[str, Access] = {
     "qoscompliancereport-list": reads(),
     # --- API: scheduling --------------------------------------------------------------------------------------------
     "transitions": reads(),
+    "gpu-hours": reads(),
     "schedule-list": reads(POST=ADMIN),
     "schedule-day-night": writes(POST=ADMIN),
     "schedule-detail": crud("schedule"),
@@ -160,6 +161,9 @@ ACCESS: dict[str, Access] = {
     "console:gpu_detail": reads("gpu"),
     "console:node_retry_now": writes("node", POST=OPERATOR),
     "console:pool_detail": reads("pool"),
+    "capacity:pool_capacity": reads("pool"),
+    "capacity:pool_capacity_draft": writes("pool", POST=ADMIN),
+    "capacity:gpu_hours": reads(),
     "console:pool_create": Access({"GET": ADMIN, "POST": ADMIN}),
     "console:pool_members": writes(POST=ADMIN),  # the live "members matched" check of the admins' editor
     "console:pool_update": Access({"GET": ADMIN, "POST": ADMIN}, "pool"),

@@ -11,7 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from core.audit import Actor
 from core.exceptions import ApplicationError
-from fleet.models import Cluster, Gpu, MigDevice, Node, Pod
+from fleet.models import Cluster, Gpu, MigDevice, Node, PendingPod, Pod
+from fleet.services import pending_pods_record
 from sharing import services as sharing_services
 from sharing.qos import qos_class
 from simulator.resources import NODES, PODS
@@ -20,7 +21,7 @@ from tests.processes import wait_until
 from worker.drivers import driver_for
 from worker.inventory.cluster import cluster_health, scrape_metrics, sync_cluster_full
 from worker.inventory.dcgm import WANTED_METRICS, InstanceSample, mig_devices, parse_dcgm
-from worker.inventory.pods import pod_observation, sync_pods
+from worker.inventory.pods import pending_observation, pod_observation, sync_pods
 from worker.inventory.watch import ClusterWatcher
 from worker.locks import ClusterLock
 from worker.management.commands.watch_clusters import Supervisor
@@ -160,6 +161,41 @@ def test_pods_holding_gpus_are_recorded_per_node(sim, sim_cluster):
     assert len(removed) == 6
     sync_pods(sim_cluster)
     assert Pod.objects.count() == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("sim_options", [{"workload_pods": 6}])
+def test_running_pods_keep_their_labels_and_when_they_were_created_and_scheduled(sim, sim_cluster):
+    sync_cluster_full(sim_cluster, gpus=False)
+    sync_pods(sim_cluster)
+    pod = Pod.objects.first()
+    assert pod.labels and pod.created_at is not None and pod.scheduled_at is not None
+    assert pod.scheduled_at >= pod.created_at
+
+
+@pytest.mark.django_db
+def test_pods_waiting_for_a_gpu_are_recorded_per_cluster_and_replaced_by_each_listing(sim_cluster):
+    def pod(name, *, node="", phase="Pending", limits=None):
+        return {
+            "metadata": {"namespace": "ml", "name": name, "uid": name, "labels": {"team": "vision"},
+                         "creationTimestamp": "2025-03-04T09:58:00Z"},
+            "spec": {"nodeName": node, "nodeSelector": {"pool": "serve"},
+                     "containers": [{"name": "m", "resources": {"limits": limits or {"nvidia.com/mig-3g.40gb": "1"}}}]},
+            "status": {"phase": phase},
+        }  # fmt: skip
+
+    waiting = pending_observation(pod("wants-a-slice"))
+    assert (waiting.namespace, waiting.labels, waiting.node_selector) == ("ml", {"team": "vision"}, {"pool": "serve"})
+    assert waiting.gpu_resources == {"nvidia.com/mig-3g.40gb": 1}
+    assert waiting.created_at.isoformat() == "2025-03-04T09:58:00+00:00"
+    assert pending_observation(pod("placed", node="gpu-node-0001")) is None
+    assert pending_observation(pod("no-gpu", limits={"cpu": "1"})) is None
+    assert pending_observation(pod("done", phase="Succeeded")) is None
+    pending_pods_record(cluster=sim_cluster, pods=[waiting])
+    pending_pods_record(cluster=sim_cluster, pods=[waiting])
+    assert list(PendingPod.objects.values_list("name", flat=True)) == ["wants-a-slice"]
+    pending_pods_record(cluster=sim_cluster, pods=[])
+    assert not PendingPod.objects.exists()
 
 
 def test_the_stored_spec_keeps_pod_level_resources():

@@ -1,10 +1,13 @@
-"""GPU-holding pods from the Kubernetes API, per node (busy checks, impact previews, QoS rules)."""
+"""GPU-holding pods from the Kubernetes API, per node (busy checks, impact previews, QoS rules, GPU-hours), and the
+pods that ask for GPUs and wait for a node (demand, capacity/)."""
+
+from datetime import datetime
 
 from kubernetes import client
 
 from fleet.models import Node
-from fleet.observations import PodObservation
-from fleet.services import pods_record
+from fleet.observations import PendingPodObservation, PodObservation
+from fleet.services import pending_pods_record, pods_record
 from worker.drivers.kubernetes import api as k8s
 from worker.drivers.kubernetes.driver import candidate_pods
 from worker.drivers.kubernetes.labels import holds_gpu, pod_gpu_resources
@@ -18,6 +21,37 @@ def _resource_requirements(resources: dict | None) -> dict:
 def _container_resources(container: dict) -> dict:
     """A container as Kubernetes shapes it, cut to what the QoS rules read (sharing.qos.qos_class)."""
     return {"name": container.get("name", ""), "resources": _resource_requirements(container.get("resources"))}
+
+
+def _instant(text: str | None) -> datetime | None:
+    """A Kubernetes timestamp (RFC 3339, "2025-03-01T08:00:00Z"); None when absent or unreadable."""
+    try:
+        return datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+
+
+def _scheduled_at(status: dict) -> datetime | None:
+    condition = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
+    return _instant(condition.get("lastTransitionTime")) if condition and condition.get("status") == "True" else None
+
+
+def pending_observation(pod: dict) -> PendingPodObservation | None:
+    """A pod no node took yet that asks for GPU resources; None for any other pod."""
+    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+    created = _instant(meta.get("creationTimestamp"))
+    resources = pod_gpu_resources(pod)
+    if spec.get("nodeName") or status.get("phase", "Pending") != "Pending" or not resources or created is None:
+        return None
+    return PendingPodObservation(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=meta.get("uid") or f"{meta['namespace']}/{meta['name']}",
+        gpu_resources=resources,
+        created_at=created,
+        labels=meta.get("labels") or {},
+        node_selector=spec.get("nodeSelector") or {},
+    )
 
 
 def pod_observation(pod: dict) -> PodObservation:
@@ -42,16 +76,24 @@ def pod_observation(pod: dict) -> PodObservation:
         owner_name=owner.get("name", ""),
         gpu_resources=pod_gpu_resources(pod),
         spec={**kept, "tolerations": spec.get("tolerations") or []},
+        labels=meta.get("labels") or {},
+        created_at=_instant(meta.get("creationTimestamp")),
+        scheduled_at=_scheduled_at(status),
     )
 
 
 def sync_pods(cluster) -> int:
-    """Every live GPU-holding pod per node (cluster-wide lists, see candidate_pods); pods gone since are removed."""
+    """Every live GPU-holding pod per node (cluster-wide lists, see candidate_pods), and the GPU pods waiting for a
+    node; pods gone (or started) since are removed."""
     core = client.CoreV1Api(k8s.api_client(cluster))
     pods = candidate_pods(core, cluster.operator_namespace)
     by_node = {name: [] for name in Node.objects.live().filter(cluster=cluster).values_list("name", flat=True)}
+    pending = []
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
         if node in by_node and holds_gpu(pod, cluster.operator_namespace):
             by_node[node].append(pod_observation(pod))
+        elif not node and (waiting := pending_observation(pod)) is not None:
+            pending.append(waiting)
+    pending_pods_record(cluster=cluster, pods=pending)
     return pods_record(cluster=cluster, pods_by_node=by_node)
