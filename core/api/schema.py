@@ -54,7 +54,8 @@ class AutoSchema(openapi.AutoSchema):
             codes.append("400")
         if operation.get("security") and operation["security"] != [{}]:
             codes += ["401", "403"]
-        if any(p["in"] == "path" for p in parameters) or any(p["name"] == "page" for p in parameters):
+        # `format` names a renderer; one that does not exist is DRF's 404.
+        if any(p["in"] == "path" or p["name"] in ("page", "format") for p in parameters):
             codes.append("404")
         if self.method in UNSAFE:
             codes.append("409")

@@ -48,7 +48,15 @@ def change_the_cluster(core: client.CoreV1Api) -> None:
     taint = {"key": "tessera.io/pool", "value": "inference", "effect": "NoSchedule"}
     core.patch_node("gpu-node-0001", {"spec": {"taints": [taint], "unschedulable": True}}, _content_type=MERGE)
     core.patch_node(IDLE_H100, {"metadata": {"labels": {MIG_CONFIG: "all-balanced"}}}, _content_type=MERGE)
-    wait_for(lambda: labels(core, IDLE_H100).get(MIG_STATE) == "success", timeout=20)
+    # The state label says "success" from the node's first config until the operator sees the new one: wait for the
+    # GPUs themselves, not only the label (under load the label alone raced).
+    wait_for(
+        lambda: (
+            labels(core, IDLE_H100).get(MIG_STATE) == "success"
+            and all(g["mig_enabled"] for g in sim_state(core, IDLE_H100)["gpus"])
+        ),
+        timeout=20,
+    )
     body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="tessera-profiles"), data={"k": "v"})
     core.create_namespaced_config_map("gpu-operator", body)
     pod = next(p for p in core.list_pod_for_all_namespaces().items if p.metadata.namespace == "inference")
