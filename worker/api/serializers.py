@@ -258,6 +258,9 @@ class KueueBindingSerializer(serializers.ModelSerializer):
     def validate_pool(self, pool):
         if self.instance is not None and pool != self.instance.pool:
             raise serializers.ValidationError("A binding's pool is fixed once created.")
+        other = KueueBinding.objects.filter(pool=pool).exclude(pk=getattr(self.instance, "pk", None)).first()
+        if other is not None:
+            raise serializers.ValidationError(f"Pool {pool.name} has a Kueue binding already (id {other.pk}).")
         return pool
 
     def get_written(self, binding) -> KueueQuotaWriteSerializer(many=True):
