@@ -203,6 +203,8 @@ def test_admins_create_edit_and_disable_the_binding_from_a_form(client, admin_us
     client.post(url, {"cluster_queues": "batch, gpu", "lead_minutes": "20"})  # the box unticked: disabled
     assert KueueBinding.objects.get().enabled is False
     assert AuditEvent.objects.filter(action="kueue.binding", actor_label="admin").count() == 2
+    log = client.get(reverse("audit_log"), {"object_type": "kueuebinding", "object_id": binding.pk})
+    assert log.status_code == 200 and log.content.decode().count("kueue.binding") >= 2
     agent = client.post(
         reverse("console:pool_kueue", args=[agent_pool.pk]), {"cluster_queues": "gpu", "lead_minutes": "1"}
     )
