@@ -22,13 +22,19 @@ OUT_OF_RANGE = "A value is out of range for its field."
 BIGINT_MAX = 2**63 - 1
 
 
+def _nested(field, sub) -> str:
+    """`field.sub`, or `field[i].rest` when DRF keyed a list's errors by index (rows of a PATCH, list items)."""
+    index, dot, rest = str(sub).partition(".")
+    return f"{field}[{index}]{dot}{rest}" if index.isdigit() else f"{field}.{sub}"
+
+
 def _flatten(detail) -> dict[str, list[str]]:
     if isinstance(detail, dict):
         out = {}
         for field, value in detail.items():
             if isinstance(value, dict):
                 for sub, messages in _flatten(value).items():
-                    out[f"{field}.{sub}"] = messages
+                    out[_nested(field, sub)] = messages
             elif isinstance(value, list) and value and isinstance(value[0], dict):
                 for i, item in enumerate(value):
                     for sub, messages in _flatten(item).items():

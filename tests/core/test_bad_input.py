@@ -175,3 +175,21 @@ def test_a_schedule_update_documents_both_of_its_answers(admin_api):
         assert answer["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ScheduleOrDryRun"}
     refs = {s["$ref"] for s in schema["components"]["schemas"]["ScheduleOrDryRun"]["oneOf"]}
     assert refs == {"#/components/schemas/Schedule", "#/components/schemas/DryRun"}
+
+
+def test_a_patch_still_needs_whole_rows_of_the_lists_it_replaces(admin_api, admin_user):
+    from scheduling import services as scheduling_services
+    from sharing import services as sharing_services
+
+    actor = Actor.for_user(admin_user)
+    pool = NodePoolFactory(cluster=ClusterFactory(driver="agent", kubeconfig_path=""))
+    whole = sharing_services.profile_create(actor=actor, name="whole", mode="passthrough", target_products=["x"])
+    schedule = scheduling_services.schedule_create_day_night(
+        actor=actor, pool=pool, day_profile=whole, night_profile=whole, time_zone="UTC"
+    )
+    url = f"/api/v1/schedules/{schedule.pk}/"
+    for dry_run in ("false", "true"):
+        response = admin_api.patch(f"{url}?dry_run={dry_run}", {"exceptions": [{"note": "x"}]}, format="json")
+        assert_error_shape(response, field="exceptions[0].date")
+        response = admin_api.patch(f"{url}?dry_run={dry_run}", {"windows": [{"name": "w"}]}, format="json")
+        assert_error_shape(response, field="windows[0].profile")
