@@ -8,6 +8,7 @@ from django.core.exceptions import ValidationError
 
 from fleet.models import Cluster, Node, NodePool
 from scheduling.assign import AssignMode
+from scheduling.kueue import MAX_LEAD_MINUTES
 from scheduling.models import Schedule
 from scheduling.pools import KEEP, NO_SCHEDULE, PoolSettings
 from sharing.forms import AssignForm
@@ -134,3 +135,27 @@ class ScheduledAssignForm(AssignForm):
 
     def clean_mode(self):
         return self.cleaned_data["mode"] or AssignMode.DEFAULT
+
+
+class KueueBindingForm(forms.Form):
+    """A pool's Kueue binding; scheduling.kueue.kueue_binding_set judges the names."""
+
+    cluster_queues = forms.CharField(
+        label="ClusterQueues",
+        max_length=4000,
+        help_text="names, separated by commas or spaces; Tessera sets the quota of its flavors there, nothing else",
+        widget=forms.TextInput(attrs={"spellcheck": "false", "autocomplete": "off", "class": "mono"}),
+    )
+    lead_minutes = forms.IntegerField(
+        label="Lead time (minutes)",
+        min_value=0,
+        max_value=MAX_LEAD_MINUTES,
+        initial=15,
+        help_text="how long before a scheduled change the quota of resources that vanish is lowered to what is in use",
+    )
+    enabled = forms.BooleanField(
+        label="Keep the quota in step", required=False, initial=True, help_text="off: what was written stays"
+    )
+
+    def queue_names(self) -> list[str]:
+        return [name for name in re.split(r"[\s,]+", self.cleaned_data["cluster_queues"]) if name]

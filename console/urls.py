@@ -1,6 +1,6 @@
 from django.urls import path
 
-from console.views import compliance, config_import, nodes, overview, pools, preview, qos
+from console.views import compliance, config_import, kueue, nodes, overview, pools, preview, qos
 
 app_name = "console"
 urlpatterns = [
@@ -16,6 +16,8 @@ urlpatterns = [
     path("pools/<int:pk>/", pools.pool_detail, name="pool_detail"),
     path("pools/<int:pk>/edit/", pools.pool_update, name="pool_update"),
     path("pools/<int:pk>/delete/", pools.pool_delete, name="pool_delete"),
+    path("pools/<int:pk>/kueue/", kueue.pool_kueue, name="pool_kueue"),
+    path("pools/<int:pk>/kueue/take-over/", kueue.pool_kueue_take_over, name="pool_kueue_take_over"),
     path("clusters/<int:pk>/import/", config_import.cluster_import, name="cluster_import"),
     path("clusters/<int:pk>/import/confirm/", config_import.cluster_import_confirm, name="cluster_import_confirm"),
     path("profiles/<int:pk>/preview/", preview.profile_preview, name="profile_preview"),

@@ -210,6 +210,7 @@ AUDIT_OBJECT_TYPES = (
     "qospolicy",
     "cluster",
     "agentjointoken",
+    "kueuebinding",
     "user",
 )
 _MISSING = object()

@@ -6,7 +6,7 @@ and the profile each should run at two instants (now, and just after the next tr
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from django.db import transaction
@@ -22,6 +22,7 @@ from scheduling.selectors import ScheduledTransition, desired_states, gpu_shapes
 from sharing.spec import under_cluster_strategy
 
 AFTER = timedelta(seconds=1)  # "just after a transition": the instant whose desired state is the new one
+MAX_LEAD_MINUTES = 7 * 24 * 60
 NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # ClusterQueue names (kueue CRD)
 
 
@@ -88,13 +89,24 @@ class QuotaPlan:
     transition: ScheduledTransition | None  # within the lead time
     nodes: list[quota.PoolNode]
 
-    def quota(self, in_use: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-        """Per flavor and resource, given what is in use per flavor (from the ClusterQueue's status)."""
+    def quota(self, in_use: dict[str, dict[str, int]], *, ahead: bool = True) -> dict[str, dict[str, int]]:
+        """Per flavor and resource, given what is in use per flavor (from the ClusterQueue's status); `ahead=False`
+        leaves out the lowering for the transition within the lead time."""
         by_product = {self.products[f]: used for f, used in in_use.items() if f in self.products}
         wanted = quota.targets(
-            self.nodes, self.resources, transition_ahead=self.transition is not None, in_use=by_product
+            self.nodes, self.resources, transition_ahead=ahead and self.transition is not None, in_use=by_product
         )
         return {quota.flavor_name(self.pool, product): q for product, q in wanted.items()}
+
+    def rows(self) -> list[dict]:
+        """What the pool page shows per flavor and resource: what the layout in force gives (capped by what the
+        nodes report), and whether the transition within the lead time lowers it to what is in use."""
+        full, low = self.quota({}, ahead=False), self.quota({})
+        return [
+            {"flavor": flavor, "resource": resource, "value": value, "lowered": low[flavor][resource] < value}
+            for flavor, resources in full.items()
+            for resource, value in resources.items()
+        ]
 
 
 def quota_plan(binding: KueueBinding, *, at=None) -> QuotaPlan:
@@ -125,6 +137,22 @@ def transition_quota(pool: NodePool, transition: ScheduledTransition) -> list[qu
     return quota.transition_changes(pool.name, nodes, quota.covered(nodes, schedule_specs(pool)))
 
 
+def profile_quota(pool: NodePool, profile, *, at=None) -> list[quota.QuotaChange]:
+    """Quota before → after applying `profile` to every live node of the pool (the profile preview)."""
+    nodes = pool_nodes(pool, at=at or timezone.now())
+    spec = _spec(profile, pool.cluster.mig_strategy)
+    nodes = [replace(node, next=spec) for node in nodes]
+    return quota.transition_changes(pool.name, nodes, quota.covered(nodes, [*schedule_specs(pool), spec]))
+
+
+def quota_text(changes: list[quota.QuotaChange]) -> str:
+    """Quota before → after in one line, per flavor (the week timeline's tooltips)."""
+    flavors: dict[str, list[str]] = {}
+    for change in changes:
+        flavors.setdefault(change.flavor, []).append(f"{change.resource} {change.before} → {change.after}")
+    return "; ".join(f"{flavor}: {', '.join(parts)}" for flavor, parts in flavors.items()) or "no GPU resource"
+
+
 def binding_snapshot(binding: KueueBinding) -> dict:
     return {
         "enabled": binding.enabled,
@@ -140,6 +168,8 @@ def kueue_binding_set(
     """Have Tessera keep `cluster_queues`' quota for the pool's flavors in step with its layout (or stop, with
     `enabled=False`: what was written stays)."""
     errors = {}
+    if not 0 <= lead_minutes <= MAX_LEAD_MINUTES:
+        errors["lead_minutes"] = [f"Between 0 and {MAX_LEAD_MINUTES} minutes (a week)."]
     bad = [name for name in cluster_queues if not re.match(NAME, name or "") or len(name) > 253]
     if bad or not cluster_queues:
         errors["cluster_queues"] = [f"Not a ClusterQueue name: {name!r}." for name in bad] or ["Name at least one."]
@@ -157,3 +187,10 @@ def kueue_binding_set(
     if after != before:
         audit_record(actor=actor, action="kueue.binding", obj=binding, before=before, after=after)
     return binding
+
+
+@transaction.atomic
+def kueue_binding_delete(*, actor: Actor, binding: KueueBinding) -> None:
+    """Tessera stops keeping the pool's Kueue quota and forgets the binding; what was written in the cluster stays."""
+    audit_record(actor=actor, action="kueue.binding_delete", obj=binding, before=binding_snapshot(binding))
+    binding.delete()

@@ -120,8 +120,8 @@ class KueueBinding(models.Model):
     lead_minutes = models.PositiveIntegerField(
         default=15, help_text="How long before a scheduled transition the quota of vanishing resources is lowered."
     )
-    # Written by the sync (worker/kueue.py): per ClusterQueue, why Tessera does not write it (someone else changed
-    # a quota Tessera wrote), and the last error.
+    # Written by the sync (worker/kueue.py): per ClusterQueue Tessera does not write (someone else changed a quota
+    # Tessera wrote), each changed value as {flavor, resource, live (None: absent), wrote}; and the last error.
     drift = models.JSONField(default=dict, blank=True)
     last_error = models.TextField(blank=True)
     synced_at = models.DateTimeField(null=True, blank=True)

@@ -1,7 +1,7 @@
 """The week timeline as the schedule pages draw it: SVG geometry of a calendar's week in its own zone, with a
 legend, and weekdays in words. Pure (no Django): the window math it draws is `windows.week_segments`."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -125,13 +125,32 @@ def _legend(calendar: windows.Calendar, label: Callable, colour) -> list[dict]:
     return list(legend.values())
 
 
+def _marks(rows: list[dict], marks: Sequence[tuple[datetime, str]], tz: ZoneInfo) -> list[dict]:
+    """Each (instant, text) of the drawn week as a tick on its day's row; instants outside the week are left out."""
+    placed = []
+    for at, text in marks:
+        local = at.astimezone(tz)
+        day = (local.date() - rows[0]["day"]).days
+        if 0 <= day < 7:
+            y = rows[day]["y"]
+            x = _day_x(local.hour * 60 + local.minute)
+            placed.append({"x": x, "tip": x - 5, "y1": y - 3, "y2": y + TL_ROW + 3, "local": local, "text": text})
+    return placed
+
+
 def week_timeline(
-    calendar: windows.Calendar, label: Callable, *, now: datetime | None = None, viewer_zone: str | None = None
+    calendar: windows.Calendar,
+    label: Callable,
+    *,
+    now: datetime | None = None,
+    viewer_zone: str | None = None,
+    marks: Sequence[tuple[datetime, str]] = (),
 ) -> dict:
     """The 7 × 24 h drawing of a calendar in its own zone for the week containing `now`, with its legend.
 
     `label` names a calendar value (see `value_labeller`); `viewer_zone` is the zone the page is read in (a note
-    says so when it is not the calendar's).
+    says so when it is not the calendar's); `marks` are instants to tick with a text (the Kueue quota each
+    transition sets).
     """
     local_now = (now or datetime.now(UTC)).astimezone(ZoneInfo(calendar.tz))
     monday = local_now.date() - timedelta(days=local_now.weekday())
@@ -163,4 +182,5 @@ def week_timeline(
         "zones_differ": viewer_zone != calendar.tz,
         "viewer_zone": viewer_zone,
         "week_of": monday,
+        "marks": _marks(rows, marks, ZoneInfo(calendar.tz)),
     }

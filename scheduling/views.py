@@ -29,7 +29,7 @@ from scheduling.forms import (
     prefilled_window,
     window_initial,
 )
-from scheduling.kueue import transition_quota
+from scheduling.kueue import quota_text, transition_quota
 from scheduling.models import KueueBinding, Schedule, ScheduleWindow
 from scheduling.timeline import days_text, value_labeller, week_timeline
 from sharing import selectors as sharing_selectors
@@ -40,9 +40,10 @@ TRANSITION_DAYS = 7
 # --- list and detail -------------------------------------------------------------------------------------------
 
 
-def _timeline(calendar: windows.Calendar, label: Callable, *, now=None) -> dict:
+def _timeline(calendar: windows.Calendar, label: Callable, *, now=None, marks=()) -> dict:
     """The week timeline read in the viewer's zone (a note says when it is not the schedule's)."""
-    return week_timeline(calendar, label, now=now or timezone.now(), viewer_zone=timezone.get_current_timezone_name())
+    zone = timezone.get_current_timezone_name()
+    return week_timeline(calendar, label, now=now or timezone.now(), viewer_zone=zone, marks=marks)
 
 
 def _schedules():
@@ -108,10 +109,11 @@ def schedule_detail(request, pk):
     following = schedule.pool.nodes.live().filter(pin__isnull=True).count()
     kueue = KueueBinding.objects.filter(pool_id=schedule.pool_id, enabled=True).first()
     quotas = [transition_quota(schedule.pool, t) if kueue else None for t in transitions]
+    marks = [(t.at, f"Kueue quota: {quota_text(q)}") for t, q in zip(transitions, quotas, strict=True) if kueue]
     context = {
         "schedule": schedule,
         "pool_default": default.profile if default else None,
-        "timeline": _timeline(calendar, label, now=now),
+        "timeline": _timeline(calendar, label, now=now, marks=marks),
         "transitions": transitions,
         "transition_rows": list(zip(transitions, quotas, strict=True)),
         "kueue": kueue,

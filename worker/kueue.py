@@ -26,15 +26,25 @@ log = logging.getLogger(__name__)
 ACTOR = Actor.system("kueue")
 
 
-def _drift(pool_id: int, cq_name: str, live: dict) -> str:
-    """Why this ClusterQueue is someone else's now ("" when every value Tessera wrote is still there)."""
-    changed = []
-    for write in KueueQuotaWrite.objects.filter(pool_id=pool_id, cluster_queue=cq_name).order_by("flavor", "resource"):
-        value = live.get((write.flavor, write.resource))
-        if value != write.value:
-            shown = "absent" if (write.flavor, write.resource) not in live else value
-            changed.append(f"{write.flavor} {write.resource}: {shown} (Tessera wrote {write.value})")
-    return f"Changed outside Tessera: {'; '.join(changed)}" if changed else ""
+def _drift(pool_id: int, cq_name: str, live: dict) -> list[dict]:
+    """Each value Tessera wrote in this ClusterQueue that is no longer there: flavor, resource, the live value (None:
+    absent) and what Tessera wrote ([] when every one is still there, the queue is Tessera's)."""
+    writes = KueueQuotaWrite.objects.filter(pool_id=pool_id, cluster_queue=cq_name).order_by("flavor", "resource")
+    return [
+        {"flavor": w.flavor, "resource": w.resource, "live": live.get((w.flavor, w.resource)), "wrote": w.value}
+        for w in writes
+        if live.get((w.flavor, w.resource)) != w.value
+    ]
+
+
+def drift_text(changes: list[dict]) -> str:
+    """A queue's drift in words, as the audit log and the pool page say it."""
+    shown = (f"{c['flavor']} {c['resource']}: {_live(c)} (Tessera wrote {c['wrote']})" for c in changes)
+    return f"Changed outside Tessera: {'; '.join(shown)}"
+
+
+def _live(change: dict):
+    return "absent" if change["live"] is None else change["live"]
 
 
 def _record(binding: KueueBinding, cq_name: str, wanted: dict, before: dict, now) -> None:
@@ -97,9 +107,9 @@ def _sync(binding: KueueBinding, at) -> dict:
                 result[cq_name] = "missing"
                 continue
             live = live_quota(cq, plan.labels)
-            reason = _drift(binding.pool_id, cq_name, live)
-            if reason:
-                drift[cq_name] = reason
+            changed = _drift(binding.pool_id, cq_name, live)
+            if changed:
+                drift[cq_name] = changed
                 result[cq_name] = "drift"
                 continue
             wanted = plan.quota(in_use(cq, plan.labels))
@@ -121,14 +131,14 @@ def _report(binding: KueueBinding, drift: dict, error: str, at) -> None:
     """Store what the pass saw; newly seen drift is audited once."""
     with transaction.atomic():
         current = KueueBinding.objects.select_for_update().get(pk=binding.pk)
-        for cq_name, reason in drift.items():
-            if current.drift.get(cq_name) != reason:
+        for cq_name, changes in drift.items():
+            if current.drift.get(cq_name) != changes:
                 audit_record(
                     actor=ACTOR,
                     action="kueue.drift",
                     obj=current,
-                    after={"cluster_queue": cq_name, "drift": reason},
-                    message=f"ClusterQueue {cq_name} left alone: {reason}",
+                    after={"cluster_queue": cq_name, "drift": changes},
+                    message=f"ClusterQueue {cq_name} left alone: {drift_text(changes)}",
                     now=at,
                 )
         current.drift, current.last_error, current.synced_at = drift, error, timezone.now()

@@ -1,5 +1,6 @@
 """Prometheus series of the machinery that moves nodes: rollouts, node changes and the time their phases take,
-drift from desired state, the reconcile loop, missed schedule transitions, and each cluster's watch and API errors.
+drift from desired state, the reconcile loop, missed schedule transitions, each cluster's watch and API errors, and
+Kueue quota changed outside Tessera.
 
 Everything is read from the database at scrape time (worker.telemetry says who writes what). Counters come from
 rows that only grow: finished rollouts by outcome, the phase histogram's buckets, API errors; a deleted rollout or
@@ -20,6 +21,7 @@ from prometheus_client.core import (
 from core.metrics import age_seconds, once_per_scrape, timestamp
 from fleet.choices import ClusterDriver
 from fleet.models import Cluster
+from scheduling.models import KueueBinding
 from scheduling.selectors import TRANSITIONS_AROUND_NOW, transitions_around
 from worker.choices import ACTIVE_CHANGE_STATUSES, FINISHED_ROLLOUT_STATUSES, RolloutStatus
 from worker.models import ChangePhaseBucket, ClusterApiErrors, ClusterWatch, LoopRun, NodeChange, NodeDrift, Rollout
@@ -49,6 +51,22 @@ class WorkerCollector:
         yield from self._reconcile()
         yield self._schedules(drift_rows, now)
         yield from self._watches(now)
+        yield self._kueue()
+
+    def _kueue(self):
+        drift = GaugeMetricFamily(
+            "tessera_kueue_quota_drift",
+            "Per ClusterQueue of an enabled Kueue binding: quota values Tessera wrote that someone else changed (0: in "
+            "step); Tessera leaves the queue alone until an admin takes it over.",
+            labels=["cluster", "pool", "cluster_queue"],
+        )
+        bindings = KueueBinding.objects.filter(enabled=True).values_list(
+            "pool__cluster__name", "pool__name", "cluster_queues", "drift"
+        )
+        for cluster, pool, queues, changed in bindings:
+            for queue in queues:
+                drift.add_metric([cluster, pool, queue], len(changed.get(queue, ())))
+        return drift
 
     def _rollouts(self, now):
         active = GaugeMetricFamily("tessera_rollouts_active", "Rollouts running or paused.", labels=["status"])

@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from console.forms import PoolForm
+from console.views.kueue import kueue_card
 from core.audit import Actor
 from core.exceptions import ApplicationError
 from core.models import AuditEvent
@@ -53,7 +54,8 @@ def _next_transition(schedule: Schedule | None, now):
 @require_GET
 def pool_detail(request, pk):
     """One pool: how it selects nodes, its default profile and QoS policy, its schedule, what runs now and why
-    (pins, the schedule's window or baseline, the default), rollouts in progress, and its nodes and GPUs."""
+    (pins, the schedule's window or baseline, the default), rollouts in progress, its Kueue quota, and its nodes and
+    GPUs."""
     pool = get_object_or_404(NodePool.objects.select_related("cluster"), pk=pk)
     now = timezone.now()
     schedule = Schedule.objects.filter(pool=pool).first()
@@ -73,6 +75,7 @@ def pool_detail(request, pk):
         "filter_query": f"pool={pool.pk}",
         "node_summary": selectors.node_state_summary(Node.objects.in_pool(pool)),
         "gpu_summary": selectors.gpu_summary(Gpu.objects.in_pool(pool)),
+        "kueue": kueue_card(pool),
     }
     return render(request, "console/pool_detail.html", context)
 

@@ -1,7 +1,7 @@
 """Preview a profile on a pool or on nodes, then confirm: assign it to the pool (optionally rolling out now with a
 strategy) or pin the nodes. While the pool's schedule sets its profile, the page says what the schedule will do and
-when, and offers the three things the admin may mean (scheduling.assign). Composes sharing's impact, scheduling's
-schedule and worker's rollouts."""
+when, and offers the three things the admin may mean (scheduling.assign); for a pool whose Kueue quota Tessera
+keeps, the quota before → after. Composes sharing's impact, scheduling's schedule and worker's rollouts."""
 
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, render
@@ -14,6 +14,8 @@ from core.roles import Role
 from core.views import form_add_service_errors, redirect_after_change, role_required
 from fleet.models import NodePool
 from scheduling.assign import AssignMode, schedule_rule
+from scheduling.kueue import profile_quota
+from scheduling.models import KueueBinding
 from sharing import selectors as sharing_selectors
 from sharing import services
 from sharing.forms import PinForm, PreviewScopeForm
@@ -37,6 +39,9 @@ def _preview(request, profile, scope: PreviewScopeForm, *, assign_form=None, pin
             context["current"] = PoolSharing.objects.filter(pool=pool).select_related("profile").first()
             context["rule"] = schedule_rule(pool)
             context["assign_form"] = assign_form or ScheduledAssignForm(initial={"pool": pool})
+            binding = KueueBinding.objects.filter(pool=pool, enabled=True, pool__cluster__driver="kubernetes").first()
+            if binding is not None:
+                context.update(kueue_binding=binding, kueue_quota=profile_quota(pool, profile))
         else:
             context["pin_form"] = pin_form or PinForm(initial={"nodes": scope.cleaned_data["nodes"]})
     elif status == 200:

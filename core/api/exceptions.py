@@ -19,6 +19,13 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from core.exceptions import ApplicationError
 
 OUT_OF_RANGE = "A value is out of range for its field."
+BIGINT_MAX = 2**63 - 1
+
+
+def _nested(field, sub) -> str:
+    """`field.sub`, or `field[i].rest` when DRF keyed a list's errors by index (rows of a PATCH, list items)."""
+    index, dot, rest = str(sub).partition(".")
+    return f"{field}[{index}]{dot}{rest}" if index.isdigit() else f"{field}.{sub}"
 
 
 def _flatten(detail) -> dict[str, list[str]]:
@@ -27,7 +34,7 @@ def _flatten(detail) -> dict[str, list[str]]:
         for field, value in detail.items():
             if isinstance(value, dict):
                 for sub, messages in _flatten(value).items():
-                    out[f"{field}.{sub}"] = messages
+                    out[_nested(field, sub)] = messages
             elif isinstance(value, list) and value and isinstance(value[0], dict):
                 for i, item in enumerate(value):
                     for sub, messages in _flatten(item).items():
@@ -38,6 +45,12 @@ def _flatten(detail) -> dict[str, list[str]]:
     if isinstance(detail, list):
         return {"non_field_errors": [str(v) for v in detail]}
     return {}
+
+
+def _path_id_out_of_range(view) -> bool:
+    """The URL's object id is beyond a 64-bit key (every primary key here is one, DEFAULT_AUTO_FIELD)."""
+    values = getattr(view, "kwargs", None) or {}
+    return any(str(v).isdigit() and int(v) > BIGINT_MAX for v in values.values())
 
 
 def exception_handler(exc, context):
@@ -53,6 +66,8 @@ def exception_handler(exc, context):
         exc = exceptions.ParseError(f"The request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes.")
     elif isinstance(exc, TooManyFieldsSent | TooManyFilesSent):
         exc = exceptions.ParseError("The request has too many fields or files.")
+    elif isinstance(exc, OverflowError | DataError) and _path_id_out_of_range(context.get("view")):
+        exc = exceptions.NotFound()  # an id no column can hold names no object
     elif isinstance(exc, OverflowError | DataError):
         # A number beyond its column's range that no serializer bound caught (SQLite: OverflowError; PostgreSQL:
         # DataError "out of range"): the input's fault, never a 500.

@@ -19,7 +19,20 @@ DRY_RUN_HELP = (
 )
 
 
-class ScheduleWindowSerializer(serializers.ModelSerializer):
+class WholeRow(serializers.ModelSerializer):
+    """A row of a list written as a whole: its required fields stay required in a PATCH (DRF skips every required
+    field under `partial`, nested ones too, and the services need whole rows)."""
+
+    def validate(self, attrs):
+        missing = [n for n, f in self.fields.items() if f.required and not f.read_only and n not in attrs]
+        if missing:
+            raise serializers.ValidationError({name: [self.error_messages["required"]] for name in missing})
+        return super().validate(attrs)
+
+    default_error_messages = {"required": "This field is required."}
+
+
+class ScheduleWindowSerializer(WholeRow):
     profile = RefField("sharingprofile-detail", queryset=SharingProfile.objects.all())
     qos_policy = RefField("qospolicy-detail", queryset=QoSPolicy.objects.all(), allow_null=True, required=False)
     weekdays = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=6), allow_empty=False)
@@ -29,7 +42,7 @@ class ScheduleWindowSerializer(serializers.ModelSerializer):
         fields = ["name", "weekdays", "start", "end", "profile", "qos_policy"]
 
 
-class ScheduleExceptionSerializer(serializers.ModelSerializer):
+class ScheduleExceptionSerializer(WholeRow):
     class Meta:
         model = ScheduleException
         fields = ["date", "note"]
@@ -100,8 +113,8 @@ class ScheduleChangeSerializer(serializers.Serializer):
 
     when = serializers.ChoiceField(choices=["now", "transition"], help_text="at once on saving, or its next switch")
     at = serializers.DateTimeField()
-    profile = RefField("sharingprofile-detail", read_only=True)
-    qos_policy = RefField("qospolicy-detail", read_only=True)
+    profile = RefField("sharingprofile-detail", read_only=True, allow_null=True, help_text="null: no profile")
+    qos_policy = RefField("qospolicy-detail", read_only=True, allow_null=True, help_text="null: none")
     refused = serializers.CharField(help_text="why the profile cannot run there at all ('' otherwise)")
     summary = sharing_serializers.PreviewSummarySerializer()
     nodes = sharing_serializers.NodeImpactSerializer(source="impacts", many=True)

@@ -2,7 +2,7 @@
 profile's preview and assignment, which weigh the pool's schedule."""
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -35,6 +35,14 @@ def _rows(data: dict) -> dict:
 
 DRY_RUN = OpenApiParameter(
     "dry_run", bool, description="true: answer what saving would do, write nothing (same as the body's `dry_run`)"
+)
+
+
+# An update answers the schedule saved, or with `dry_run` what saving would do: either body, never both.
+SAVED_OR_DRY_RUN = PolymorphicProxySerializer(
+    component_name="ScheduleOrDryRun",
+    serializers=[serializers.ScheduleSerializer, serializers.DryRunSerializer],
+    resource_type_field_name=None,
 )
 
 
@@ -74,7 +82,7 @@ class ScheduleViewSet(viewsets.ModelViewSet):
 
     @extend_schema(
         parameters=[DRY_RUN],
-        responses={200: serializers.ScheduleSerializer},
+        responses={200: SAVED_OR_DRY_RUN},
         description="With `dry_run`: what saving would do (a DryRun body); nothing is written.",
     )
     def update(self, request, *args, **kwargs):
@@ -85,7 +93,11 @@ class ScheduleViewSet(viewsets.ModelViewSet):
             return super().update(request, *args, **kwargs)
         return _impact(request, services.schedule_update_preview(schedule=body.instance, **_rows(body.validated_data)))
 
-    @extend_schema(parameters=[DRY_RUN], responses={200: serializers.ScheduleSerializer})
+    @extend_schema(
+        parameters=[DRY_RUN],
+        responses={200: SAVED_OR_DRY_RUN},
+        description="With `dry_run`: what saving would do (a DryRun body); nothing is written.",
+    )
     def partial_update(self, request, *args, **kwargs):
         return super().partial_update(request, *args, **kwargs)
 

@@ -27,7 +27,7 @@ from fleet import services as fleet_services
 from fleet.models import AgentJoinToken, Cluster, Gpu, MigDevice, Node, NodePool
 from fleet.observations import GpuObservation, MigDeviceObservation, NodeObservation
 from scheduling import services as scheduling_services
-from scheduling.models import Schedule
+from scheduling.models import KueueBinding, Schedule
 from sharing import services as sharing_services
 from sharing.models import NodePin, QoSPolicy, SharingProfile
 from tests.factories import ClusterFactory, NodePoolFactory, UserFactory
@@ -100,6 +100,8 @@ def seed_fleet() -> Actor:
     agent_credentials.agent_join_token_create(
         actor=actor, cluster=cluster, name="fuzz-join", expires_at=timezone.now() + timedelta(days=1)
     )
+    # Stored as a binding of a pool the service would now refuse (an agent cluster): read, taken over, deleted.
+    KueueBinding.objects.create(pool=pool, cluster_queues=["gpu"], drift={"gpu": []})
     return actor
 
 
@@ -128,6 +130,7 @@ PATHS = {
     "node-changes": (NodeChange,),
     "agent-join-tokens": (AgentJoinToken,),
     "audit-events": (AuditEvent,),
+    "kueue-bindings": (KueueBinding,),
 }
 
 

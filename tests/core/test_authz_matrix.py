@@ -23,7 +23,7 @@ from core.roles import Role
 from fleet import agent_credentials
 from fleet.agent_credentials import CREDENTIAL_PREFIX, secret_new
 from fleet.models import AgentCredential, PendingAgent, UuidConflict
-from scheduling.models import Schedule
+from scheduling.models import KueueBinding, Schedule
 from sharing.models import NodePin, QoSComplianceReport, QoSPolicy, SharingProfile
 from tests.factories import ClusterFactory, GpuFactory, MigDeviceFactory, NodeFactory, NodePoolFactory, UserFactory
 from worker.models import AdmissionPolicyState, NodeChange, NodeRetry, Rollout
@@ -137,6 +137,9 @@ ACCESS: dict[str, Access] = {
     "admissionpolicystate-detail": reads("admission"),
     "admissionpolicystate-forget": writes("admission", POST=ADMIN),
     "cluster-nvidia-import": reads("cluster", POST=ADMIN),  # GET previews, POST creates profiles
+    "kueuebinding-list": reads(POST=ADMIN),
+    "kueuebinding-detail": crud("kueue"),
+    "kueuebinding-take-over": writes("kueue", POST=ADMIN),
     # --- schema, docs, probes, metrics ------------------------------------------------------------------------------
     "api-schema": reads(),  # or anyone with TESSERA_API_DOCS_PUBLIC (tests/core/test_access.py)
     "api-docs": reads(),
@@ -168,6 +171,8 @@ ACCESS: dict[str, Access] = {
     "console:pool_members": writes(POST=ADMIN),  # the live "members matched" check of the admins' editor
     "console:pool_update": Access({"GET": ADMIN, "POST": ADMIN}, "pool"),
     "console:pool_delete": Access({"GET": ADMIN, "POST": ADMIN}, "pool"),
+    "console:pool_kueue": Access({"GET": ADMIN, "POST": ADMIN}, "pool"),
+    "console:pool_kueue_take_over": writes("pool", POST=ADMIN),
     "console:cluster_import": reads("cluster"),
     "console:cluster_import_confirm": writes("cluster", POST=ADMIN),
     "console:profile_preview": reads("profile"),
@@ -294,6 +299,7 @@ def world():
         "pin": NodePin.objects.create(node=other, profile=profile),
         "qos": qos,
         "schedule": Schedule.objects.create(pool=pool, name="office-hours", time_zone="UTC"),
+        "kueue": KueueBinding.objects.create(pool=pool, cluster_queues=["gpu"]),
         "rollout": rollout,
         "change": NodeChange.objects.create(rollout=rollout, node=node, position=0),
         "retry": NodeRetry.objects.create(node=node, config_id="c1", failures=1, next_retry_at=now, rollout=rollout),

@@ -107,6 +107,9 @@ def test_ids_beyond_the_column_are_400s_not_500s(admin_api):
     response = admin_api.post(f"/api/v1/node-pools/{pool.pk}/members/", {"nodes": [2**70]}, format="json")
     assert_error_shape(response)
     assert admin_api.get(f"/api/v1/nodes/{2**70}/").status_code == 404
+    # A key that is a foreign key (a node's retry): the database, not Django, finds it out of range.
+    assert admin_api.get(f"/api/v1/node-retries/{2**70}/").status_code == 404
+    assert admin_api.post(f"/api/v1/node-retries/{2**70}/retry-now/").status_code == 404
 
 
 def test_an_overflow_no_serializer_caught_is_a_400(admin_api, monkeypatch):
@@ -162,3 +165,31 @@ def test_a_transitions_range_ending_before_now_is_a_400(admin_api, admin_user):
     url = f"/api/v1/schedules/{schedule.pk}/transitions/"
     assert_error_shape(admin_api.get(url, {"end": "2001-01-01T00:00:00Z"}), field="end")
     assert set(admin_api.get(url).json()) == {"count", "next", "previous", "results"}
+
+
+def test_a_schedule_update_documents_both_of_its_answers(admin_api):
+    """PUT/PATCH answer the schedule saved, or with `dry_run` what saving would do: the schema says either."""
+    schema = admin_api.get("/api/schema/", {"format": "json"}).json()
+    for method in ("put", "patch"):
+        answer = schema["paths"]["/api/v1/schedules/{id}/"][method]["responses"]["200"]
+        assert answer["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ScheduleOrDryRun"}
+    refs = {s["$ref"] for s in schema["components"]["schemas"]["ScheduleOrDryRun"]["oneOf"]}
+    assert refs == {"#/components/schemas/Schedule", "#/components/schemas/DryRun"}
+
+
+def test_a_patch_still_needs_whole_rows_of_the_lists_it_replaces(admin_api, admin_user):
+    from scheduling import services as scheduling_services
+    from sharing import services as sharing_services
+
+    actor = Actor.for_user(admin_user)
+    pool = NodePoolFactory(cluster=ClusterFactory(driver="agent", kubeconfig_path=""))
+    whole = sharing_services.profile_create(actor=actor, name="whole", mode="passthrough", target_products=["x"])
+    schedule = scheduling_services.schedule_create_day_night(
+        actor=actor, pool=pool, day_profile=whole, night_profile=whole, time_zone="UTC"
+    )
+    url = f"/api/v1/schedules/{schedule.pk}/"
+    for dry_run in ("false", "true"):
+        response = admin_api.patch(f"{url}?dry_run={dry_run}", {"exceptions": [{"note": "x"}]}, format="json")
+        assert_error_shape(response, field="exceptions[0].date")
+        response = admin_api.patch(f"{url}?dry_run={dry_run}", {"windows": [{"name": "w"}]}, format="json")
+        assert_error_shape(response, field="windows[0].profile")

@@ -165,8 +165,12 @@ def test_quota_follows_a_day_night_schedule_across_the_switch(sim, custom, sim_c
     assert kueue_sync(pool.pk, at=after + timedelta(minutes=2)) == {"gpu": "drift"}
     assert _quota(custom)[MIG] == "50"
     binding.refresh_from_db()
-    assert binding.drift == {"gpu": f"Changed outside Tessera: {FLAVOR} {MIG}: 50 (Tessera wrote 112)"}
-    assert AuditEvent.objects.filter(action="kueue.drift").count() == 1
+    assert binding.drift == {"gpu": [{"flavor": FLAVOR, "resource": MIG, "live": 50, "wrote": 112}]}
+    (drifted,) = AuditEvent.objects.filter(action="kueue.drift")
+    assert (
+        drifted.message
+        == f"ClusterQueue gpu left alone: Changed outside Tessera: {FLAVOR} {MIG}: 50 (Tessera wrote 112)"
+    )
     kueue_take_over(actor=actor, binding=binding, cluster_queue="gpu")
     assert kueue_sync(pool.pk, at=after + timedelta(minutes=3)) == {"gpu": "written"}
     assert _quota(custom)[MIG] == "112"

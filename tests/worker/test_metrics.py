@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
 
-from scheduling.models import Schedule, ScheduleWindow
+from scheduling.models import KueueBinding, Schedule, ScheduleWindow
 from sharing.models import SharingProfile
 from tests.factories import ClusterFactory, NodeFactory, NodePoolFactory
 from worker import telemetry
@@ -181,3 +181,15 @@ def test_a_transition_whose_nodes_are_left_behind_is_missed(scrape, settings):
     assert scrape()["tessera_schedule_transition_missed"][labels] == 0  # being worked on
     telemetry.drift_record(drift_of((node, "planned")), now=start + timedelta(minutes=1))
     assert scrape()["tessera_schedule_transition_missed"][labels] == 1
+
+
+def test_kueue_quota_drift_per_cluster_queue(scrape):
+    """Each ClusterQueue of an enabled binding: how many values Tessera wrote someone else changed (0: in step)."""
+    pool = NodePoolFactory(name="h100", cluster=ClusterFactory(name="east"))
+    changed = [{"flavor": "tessera-h100-h100", "resource": "nvidia.com/gpu", "live": 50, "wrote": 16}]
+    KueueBinding.objects.create(pool=pool, cluster_queues=["gpu", "batch"], drift={"gpu": changed})
+    KueueBinding.objects.create(pool=NodePoolFactory(name="off"), cluster_queues=["gpu"], enabled=False)
+    samples = scrape()["tessera_kueue_quota_drift"]
+    assert one(samples, cluster="east", pool="h100", cluster_queue="gpu") == 1
+    assert one(samples, cluster="east", pool="h100", cluster_queue="batch") == 0
+    assert len(samples) == 2  # a disabled binding is nobody's concern

@@ -8,8 +8,10 @@ from rest_framework import serializers
 from core.api.fields import RefField
 from fleet.models import Node, NodePool
 from scheduling.api.serializers import AssignRequestSerializer
+from scheduling.kueue import MAX_LEAD_MINUTES
+from scheduling.models import KueueBinding
 from sharing.strategy import STRATEGY_FIELDS, StrategyField, strategy_default
-from worker.models import AdmissionPolicyState, NodeChange, NodeRetry, Rollout
+from worker.models import AdmissionPolicyState, KueueQuotaWrite, NodeChange, NodeRetry, Rollout
 from worker.selectors import rollout_progress
 
 
@@ -213,3 +215,63 @@ class ImportedProfileSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
     url = serializers.HyperlinkedIdentityField(view_name="sharingprofile-detail")
+
+
+class KueueDriftSerializer(serializers.Serializer):
+    """One quota Tessera wrote that is no longer there."""
+
+    flavor = serializers.CharField()
+    resource = serializers.CharField()
+    live = serializers.IntegerField(allow_null=True, help_text="the ClusterQueue's value now; null: absent")
+    wrote = serializers.IntegerField(help_text="what Tessera last wrote")
+
+
+class KueueQuotaWriteSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = KueueQuotaWrite
+        fields = ["cluster_queue", "flavor", "resource", "value", "written_at"]
+
+
+class KueueBindingSerializer(serializers.ModelSerializer):
+    """A pool's Kueue binding: the ClusterQueues whose quota Tessera sets for the pool's flavors, what it last wrote
+    there, and the queues it leaves alone because someone else changed a quota it wrote (`drift`)."""
+
+    pool = RefField("nodepool-detail", queryset=NodePool.objects.all(), help_text="fixed once created")
+    cluster_queues = serializers.ListField(
+        child=serializers.CharField(max_length=253), allow_empty=False, max_length=64
+    )
+    lead_minutes = serializers.IntegerField(min_value=0, max_value=MAX_LEAD_MINUTES, default=15)
+    enabled = serializers.BooleanField(default=True, help_text="false: Tessera stops writing; what it wrote stays")
+    drift = serializers.DictField(
+        child=KueueDriftSerializer(many=True),
+        read_only=True,
+        help_text="per ClusterQueue left alone, each value changed outside Tessera; an admin's take-over ends it",
+    )
+    written = serializers.SerializerMethodField(help_text="the nominalQuota Tessera last wrote, per queue")
+
+    class Meta:
+        model = KueueBinding
+        fields = ["id", "url", "pool", "enabled", "cluster_queues", "lead_minutes", "drift", "written",
+                  "last_error", "synced_at"]  # fmt: skip
+        read_only_fields = ["last_error", "synced_at"]
+
+    def validate_pool(self, pool):
+        if self.instance is not None and pool != self.instance.pool:
+            raise serializers.ValidationError("A binding's pool is fixed once created.")
+        other = KueueBinding.objects.filter(pool=pool).exclude(pk=getattr(self.instance, "pk", None)).first()
+        if other is not None:
+            raise serializers.ValidationError(f"Pool {pool.name} has a Kueue binding already (id {other.pk}).")
+        return pool
+
+    def get_written(self, binding) -> KueueQuotaWriteSerializer(many=True):
+        rows = KueueQuotaWrite.objects.filter(pool_id=binding.pool_id).order_by("cluster_queue", "flavor", "resource")
+        return KueueQuotaWriteSerializer(rows, many=True).data
+
+
+class KueueTakeOverSerializer(serializers.Serializer):
+    cluster_queue = serializers.CharField(help_text="one of the binding's ClusterQueues")
+
+    def validate_cluster_queue(self, value):
+        if value not in self.context["binding"].cluster_queues:
+            raise serializers.ValidationError(f"{value!r} is not a ClusterQueue of this binding.")
+        return value

@@ -10,6 +10,7 @@ router.register("rollouts", views.RolloutViewSet)
 router.register("node-changes", views.NodeChangeViewSet)
 router.register("node-retries", views.NodeRetryViewSet)
 router.register("admission-policies", views.AdmissionPolicyStateViewSet)
+router.register("kueue-bindings", views.KueueBindingViewSet)
 
 urlpatterns = [
     *router.urls,

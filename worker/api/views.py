@@ -13,12 +13,15 @@ from core.audit import Actor
 from core.roles import Role
 from fleet.models import Cluster, Node
 from scheduling.api import serializers as scheduling_serializers
+from scheduling.kueue import kueue_binding_delete, kueue_binding_set
+from scheduling.models import KueueBinding
 from sharing.api.serializers import SharingProfileSerializer
 from sharing.models import SharingProfile
 from worker import config_import, rollouts
 from worker.admission import admission_state_forget, admission_states
 from worker.api import serializers
 from worker.filtersets import NodeChangeFilterSet, RolloutFilterSet
+from worker.kueue import kueue_take_over
 from worker.models import NodeChange, NodeRetry, Rollout
 
 
@@ -174,6 +177,49 @@ class AdmissionPolicyStateViewSet(viewsets.ReadOnlyModelViewSet):
         reachable cluster writes what its pools need again."""
         admission_state_forget(actor=Actor.from_request(request), state=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class KueueBindingViewSet(viewsets.ModelViewSet):
+    """Pools whose Kueue quota Tessera keeps in step with their layout (docs/kueue.md): viewers read, admins write.
+    Writing `enabled`, `cluster_queues` or `lead_minutes` is audited; deleting forgets the binding and leaves what
+    was written in the cluster."""
+
+    queryset = KueueBinding.objects.select_related("pool").order_by("pool__name", "pk")
+    serializer_class = serializers.KueueBindingSerializer
+    filterset_fields = ["pool", "enabled"]
+
+    def _save(self, serializer, pool):
+        data, instance = serializer.validated_data, serializer.instance
+        serializer.instance = kueue_binding_set(
+            actor=Actor.from_request(self.request),
+            pool=pool,
+            cluster_queues=data.get("cluster_queues", instance.cluster_queues if instance else []),
+            enabled=data.get("enabled", instance.enabled if instance else True),
+            lead_minutes=data.get("lead_minutes", instance.lead_minutes if instance else 15),
+        )
+
+    def perform_create(self, serializer):
+        self._save(serializer, serializer.validated_data["pool"])
+
+    def perform_update(self, serializer):
+        self._save(serializer, serializer.instance.pool)
+
+    def perform_destroy(self, instance):
+        kueue_binding_delete(actor=Actor.from_request(self.request), binding=instance)
+
+    @extend_schema(request=serializers.KueueTakeOverSerializer, responses=serializers.KueueBindingSerializer)
+    @action(detail=True, methods=["post"], url_path="take-over")
+    def take_over(self, request, pk=None):
+        """Admins: Tessera owns this drifted ClusterQueue's quota for the pool's flavors again; the next sync writes
+        the planned values over whatever is there (audited)."""
+        binding = self.get_object()
+        body = serializers.KueueTakeOverSerializer(data=request.data, context={"binding": binding})
+        body.is_valid(raise_exception=True)
+        kueue_take_over(
+            actor=Actor.from_request(request), binding=binding, cluster_queue=body.validated_data["cluster_queue"]
+        )
+        binding.refresh_from_db()
+        return Response(self.get_serializer(binding).data)
 
 
 class ClusterConfigImportView(APIView):
