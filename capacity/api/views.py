@@ -4,7 +4,7 @@ import csv
 import io
 
 from drf_spectacular.utils import extend_schema
-from rest_framework.renderers import BaseRenderer
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
@@ -32,8 +32,6 @@ class GpuHoursCsvRenderer(BaseRenderer):
     charset = "utf-8"
 
     def render(self, data, accepted_media_type=None, renderer_context=None):
-        if "rows" not in (data or {}):  # an error keeps its JSON shape, as text
-            return str(data)
         return gpu_hours_csv(data["rows"])
 
 
@@ -44,6 +42,12 @@ class GpuHoursView(APIView):
 
     action_roles = {None: Role.VIEWER}
     renderer_classes = [*api_settings.DEFAULT_RENDERER_CLASSES, GpuHoursCsvRenderer]
+
+    def handle_exception(self, exc):
+        """An error keeps the API's JSON shape (and content type) even when CSV was asked for."""
+        response = super().handle_exception(exc)
+        self.request.accepted_renderer, self.request.accepted_media_type = JSONRenderer(), JSONRenderer.media_type
+        return response
 
     @extend_schema(parameters=[serializers.GpuHoursQuerySerializer], responses=serializers.GpuHoursSerializer)
     def get(self, request):

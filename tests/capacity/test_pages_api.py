@@ -95,3 +95,9 @@ def test_gpu_hours_page_stacks_days_by_team_and_downloads_csv(client, viewer):
     download = client.get(reverse("capacity:gpu_hours"), {**query, "download": "csv"})
     assert download["Content-Disposition"] == 'attachment; filename="gpu-hours-2025-03-03-2025-03-09.csv"'
     assert download.content.decode().startswith("day,group,resource,gpu_hours\n2025-03-03,speech,nvidia.com/gpu,12.0")
+
+
+def test_a_bad_query_asking_for_csv_answers_the_json_error(admin_client):
+    response = admin_client.get("/api/v1/gpu-hours/?format=csv&from=yesterday")
+    assert response.status_code == 400 and response["Content-Type"] == "application/json"
+    assert set(response.json()["errors"]) == {"from"}

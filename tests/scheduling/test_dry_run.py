@@ -156,15 +156,3 @@ def test_dry_run_is_in_the_schema(admin_api):
     create = schema["paths"]["/api/v1/schedules/"]["post"]
     assert "dry_run" in {p["name"] for p in create["parameters"]}
     assert "200" in create["responses"] and "201" in create["responses"]
-
-
-def test_a_dry_run_answer_matches_the_schema_of_its_operation(admin_api, pool, profiles):
-    """The update's 200 is the schedule or, with dry_run, the impact: the answer validates against that schema."""
-    jsonschema = pytest.importorskip("jsonschema")
-    answer = admin_api.post("/api/v1/schedules/day-night/?dry_run=true", day_now(pool, profiles), format="json")
-    assert answer.status_code == 200 and answer.json()["impact"]
-    schema = admin_api.get("/api/schema/?format=json").json()
-    components = schema["components"]["schemas"]
-    resolver = {"components": {"schemas": components}}
-    dry_run = {**components["DryRun"], **resolver}
-    jsonschema.validate(answer.json(), dry_run)
