@@ -228,7 +228,9 @@ CELERY_RESULT_EXTENDED = False
 # no expiry here, so Celery's own cleanup (one unbatched DELETE) is not scheduled.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_EXPIRES = None
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's database scheduler, sending each periodic task once per period however many beats run: a row
+# per (entry, period) claimed in the database (core/beat.py, core/periodic.py, docs/operations.md#supported-topology).
+CELERY_BEAT_SCHEDULER = "core.beat:Scheduler"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -275,6 +277,8 @@ TESSERA = {
         "ROLLOUTS_DAYS": env.int("TESSERA_RETAIN_ROLLOUTS_DAYS", default=180),
         # Celery task results (none are stored since CELERY_TASK_IGNORE_RESULT; rows from before go).
         "TASK_RESULTS_DAYS": env.int("TESSERA_RETAIN_TASK_RESULTS_DAYS", default=1),
+        # Beat's claims of periodic tasks, a row per task per period (core.periodic): ~11,000 a day.
+        "PERIODIC_RUNS_DAYS": env.int("TESSERA_RETAIN_PERIODIC_RUNS_DAYS", default=2),
         # Rows deleted per transaction: a first prune of a large backlog never holds the write lock for long.
         "BATCH_SIZE": env.int("TESSERA_RETAIN_BATCH_SIZE", default=500),
     },
@@ -300,48 +304,49 @@ TESSERA = {
 # The daily prunes (UTC, off-peak): each app prunes what it owns. Rollouts first (a gone node stays while a kept
 # rollout names it), then the fleet, then core, which also checkpoints and truncates the SQLite WAL.
 PRUNE_HOUR = env.int("TESSERA_PRUNE_HOUR", default=3)
+# `expire_seconds`, the option django-celery-beat stores (it drops `expires`): a tick not run within it is discarded.
 CELERY_BEAT_SCHEDULE = {
     "qos-compliance": {
         "task": "worker.tasks.qos_compliance_refresh",
         "schedule": env.float("TESSERA_COMPLIANCE_SECONDS", default=300.0),
-        "options": {"expires": 240},
+        "options": {"expire_seconds": 240},
     },
     "reconcile-tick": {
         "task": "worker.tasks.reconcile_tick",
         "schedule": env.float("TESSERA_RECONCILE_SECONDS", default=30.0),
-        "options": {"expires": 60},
+        "options": {"expire_seconds": 60},
     },
     # Kubernetes clusters: GPUs and utilisation from dcgm-exporter, GPU pods (nodes come from watch_clusters).
     "clusters-scrape-metrics": {
         "task": "worker.tasks.clusters_scrape_metrics",
         "schedule": 30.0,
-        "options": {"expires": 30},
+        "options": {"expire_seconds": 30},
     },
     "clusters-sync-pods": {
         "task": "worker.tasks.clusters_sync_pods",
         "schedule": 30.0,
-        "options": {"expires": 30},
+        "options": {"expire_seconds": 30},
     },
     # QoS policies enforced at admission: ValidatingAdmissionPolicies per cluster (changes also sync at once).
     "clusters-sync-admission": {
         "task": "worker.tasks.clusters_sync_admission",
         "schedule": env.float("TESSERA_ADMISSION_SECONDS", default=60.0),
-        "options": {"expires": 60},
+        "options": {"expire_seconds": 60},
     },
     "worker-retention-prune": {
         "task": "worker.tasks.retention_prune",
         "schedule": crontab(hour=PRUNE_HOUR, minute=5),
-        "options": {"expires": 3600},
+        "options": {"expire_seconds": 3600},
     },
     "fleet-retention-prune": {
         "task": "fleet.tasks.retention_prune",
         "schedule": crontab(hour=PRUNE_HOUR, minute=20),
-        "options": {"expires": 3600},
+        "options": {"expire_seconds": 3600},
     },
     "core-retention-prune": {
         "task": "core.tasks.retention_prune",
         "schedule": crontab(hour=PRUNE_HOUR, minute=40),
-        "options": {"expires": 3600},
+        "options": {"expire_seconds": 3600},
     },
 }
 
