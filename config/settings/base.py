@@ -114,6 +114,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "PRAGMA journal_size_limit=16777216;"
         ),
     }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Statements prepared once per connection after this many runs (psycopg's prepare_threshold): the agent report
+    # path's statements (agents/statements.py, server-binding cursors) are then neither parsed nor planned again.
+    # Django's own cursors bind on the client and never prepare. Behind PgBouncer in transaction mode before 1.21
+    # (no prepared statements), set DJANGO_PG_PREPARE_THRESHOLD=none.
+    _threshold = env("DJANGO_PG_PREPARE_THRESHOLD", default="5")
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
+        None if _threshold.lower() == "none" else int(_threshold)
+    )
 # Persistent connections, SQLite included: a SQLite connection that closes as the file's last one checkpoints and
 # deletes the WAL, several fsyncs that made every write request ~5 ms slower (bench B2).
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DJANGO_CONN_MAX_AGE", default=60)
