@@ -328,12 +328,12 @@ CELERY_BEAT_SCHEDULE = {
     # Kubernetes clusters: GPUs and utilisation from dcgm-exporter, GPU pods (nodes come from watch_clusters).
     "clusters-scrape-metrics": {
         "task": "worker.tasks.clusters_scrape_metrics",
-        "schedule": 30.0,
+        "schedule": env.float("TESSERA_INVENTORY_SECONDS", default=30.0),
         "options": {"expire_seconds": 30},
     },
     "clusters-sync-pods": {
         "task": "worker.tasks.clusters_sync_pods",
-        "schedule": 30.0,
+        "schedule": env.float("TESSERA_INVENTORY_SECONDS", default=30.0),
         "options": {"expire_seconds": 30},
     },
     # QoS policies enforced at admission: ValidatingAdmissionPolicies per cluster (changes also sync at once).
