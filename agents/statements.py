@@ -7,6 +7,7 @@ import functools
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models.base import ModelState
 from django.utils import timezone
@@ -59,14 +60,26 @@ def _aware(value):
     return value
 
 
-def _fetchone(sql: str, params: Sequence) -> tuple | None:
-    """One row through the DB-API cursor of Django's connection (same connection, same transaction): Django's
-    cursor wrapper costs ~30 µs a statement in query rewriting and wrappers, a tenth of a report's budget."""
-    db = connections[DEFAULT_DB_ALIAS]  # once: every `connection.x` is a lookup in asgiref's Local
+def _raw_cursor(db):
+    """A DB-API cursor of Django's connection (same connection, same transaction): Django's cursor wrapper costs ~30
+    µs a statement in query rewriting and wrappers, a tenth of a report's budget. On PostgreSQL a server-binding
+    cursor: Django's own binds on the client (every value quoted into the SQL text in Python, and the server parses
+    and plans each statement anew), this one sends values apart and lets statements be prepared once per connection."""
     db.ensure_connection()
-    cursor = db.connection.cursor()
+    if db.vendor == "postgresql":
+        return psycopg.Cursor(db.connection)
+    return db.connection.cursor()
+
+
+def _fetchone(sql: str, params: Sequence) -> tuple | None:
+    """One row of a hot statement; prepared on PostgreSQL (parsed and planned once per connection)."""
+    db = connections[DEFAULT_DB_ALIAS]  # once: every `connection.x` is a lookup in asgiref's Local
+    cursor = _raw_cursor(db)
     try:
-        cursor.execute(sql, params)
+        if db.vendor == "postgresql":
+            cursor.execute(sql, params, prepare=True)
+        else:
+            cursor.execute(sql, params)
         return cursor.fetchone()
     finally:
         cursor.close()
@@ -144,10 +157,25 @@ def _seen_sql(vendor: str) -> str:
 
 def write_reports(reports: list[tuple[list, list]]) -> None:
     """Reports' metric rows and last-seen rows in one transaction. Node rows, then GPU rows, in node id order: the
-    order the inventory path (inventory_record) locks them in, so the two cannot deadlock on PostgreSQL."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.executemany(_seen_sql(connection.vendor), [seen for _, seen in reports])
-        cursor.executemany(metrics_sql(connection.vendor), [row for rows, _ in reports for row in rows])
+    order the inventory path (inventory_record) locks them in, so the two cannot deadlock on PostgreSQL.
+
+    On PostgreSQL both go through a server-binding cursor (each `executemany` is one prepared statement run over
+    its rows in a pipeline), and the transaction commits without waiting for its WAL to reach the disk
+    (`synchronous_commit` off for it alone): these rows are soft state (metrics, last-seen, agent version) that a
+    crash may lose anyway — the buffer holds them up to an interval — and an asynchronous commit can lose only the
+    last moments of such rows on a server crash, never leave the database inconsistent (PostgreSQL's documentation,
+    "Asynchronous Commit")."""
+    db = connections[DEFAULT_DB_ALIAS]
+    with transaction.atomic():
+        if db.vendor == "postgresql":
+            db.ensure_connection()
+            cursor = db._prepare_cursor(psycopg.Cursor(db.connection))  # Django's wrapper: queries stay countable
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        else:
+            cursor = db.cursor()
+        with cursor:
+            cursor.executemany(_seen_sql(db.vendor), [seen for _, seen in reports])
+            cursor.executemany(metrics_sql(db.vendor), [row for rows, _ in reports for row in rows])
 
 
 def metric_rows(db, node: Node, gpus: Sequence[GpuMetrics | GpuReport], metrics_at) -> list[tuple]:

@@ -64,3 +64,25 @@ class SsoIdentity(models.Model):
 
     def __str__(self):
         return f"{self.user} ({self.subject} at {self.issuer})"
+
+
+class PeriodicRun(models.Model):
+    """One period of one of beat's periodic tasks (core.beat): claimed by the first beat to send it — the unique
+    (name, period) refuses every other beat's claim of the same period, so the task is sent once per period however
+    many beats run — then started and finished by the worker that runs it (core.periodic), so a redelivered copy
+    finds it started and does nothing. Pruned after RETENTION["PERIODIC_RUNS_DAYS"]."""
+
+    name = models.CharField(max_length=200, help_text="Beat's entry, e.g. reconcile-tick.")
+    task = models.CharField(max_length=200)
+    period_start = models.DateTimeField(help_text="The boundary of the period (interval) or the occurrence (crontab).")
+    claimed_at = models.DateTimeField()
+    claimed_by = models.CharField(max_length=200, help_text="The beat that sent it: host:pid.")
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-period_start", "name"]
+        constraints = [models.UniqueConstraint(fields=["name", "period_start"], name="core_periodic_run_once")]
+
+    def __str__(self):
+        return f"{self.name} @ {self.period_start:%Y-%m-%d %H:%M:%S}"

@@ -9,6 +9,8 @@ from django.db import connection, models, transaction
 from django.utils import timezone
 from django_celery_results.models import GroupResult, TaskResult
 
+from core.models import PeriodicRun
+
 # Time limits of every app's prune task: a first prune of a long backlog may take minutes; each batch commits, so a
 # run cut short keeps what it did and the next day's run goes on.
 PRUNE_SOFT_TIME_LIMIT = 1800
@@ -72,15 +74,18 @@ def sqlite_analyze() -> None:
 
 
 def core_prune(*, now: datetime | None = None) -> dict:
-    """Delete expired sessions and Celery task results older than TASK_RESULTS_DAYS, then refresh SQLite's planner
-    statistics and checkpoint its WAL. Runs after the other apps' prunes, so the checkpoint also takes in their
-    deletions."""
+    """Delete expired sessions, Celery task results older than TASK_RESULTS_DAYS and beat's periodic-run claims older
+    than PERIODIC_RUNS_DAYS, then refresh SQLite's planner statistics and checkpoint its WAL. Runs after the other
+    apps' prunes, so the checkpoint also takes in their deletions."""
     now = now or timezone.now()
     results_before = cutoff("TASK_RESULTS_DAYS", now)
     pruned = {
         "sessions": delete_in_batches(Session.objects.filter(expire_date__lt=now)),
         "task_results": delete_in_batches(TaskResult.objects.filter(date_done__lt=results_before)),
         "group_results": delete_in_batches(GroupResult.objects.filter(date_done__lt=results_before)),
+        "periodic_runs": delete_in_batches(
+            PeriodicRun.objects.filter(period_start__lt=cutoff("PERIODIC_RUNS_DAYS", now))
+        ),
     }
     sqlite_analyze()  # first: its statistics are written to the WAL the checkpoint then empties
     checkpoint = sqlite_checkpoint()

@@ -2,6 +2,7 @@
 
 from celery import shared_task
 
+from core.periodic import OncePerPeriod
 from core.retention import PRUNE_SOFT_TIME_LIMIT, PRUNE_TIME_LIMIT
 from fleet import services
 from fleet.models import NodePool
@@ -17,7 +18,7 @@ def pool_apply_selector(pool_id: int) -> int:
     return services.pool_apply_selector(pool=pool)
 
 
-@shared_task(soft_time_limit=PRUNE_SOFT_TIME_LIMIT, time_limit=PRUNE_TIME_LIMIT)
+@shared_task(base=OncePerPeriod, soft_time_limit=PRUNE_SOFT_TIME_LIMIT, time_limit=PRUNE_TIME_LIMIT)
 def retention_prune() -> dict:
     """Beat's daily prune of the fleet's history: old GPU events, long-gone nodes and GPUs, revoked credentials."""
     return fleet_prune()

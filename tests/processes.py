@@ -1,6 +1,7 @@
 """Real processes for integration tests: a Celery worker on a chosen broker, a gunicorn web server sharing the test
 database, the node agent on simulated GPUs, and the simulator on a state directory."""
 
+import contextlib
 import json
 import os
 import re
@@ -47,25 +48,51 @@ def child_env(var_dir: Path, broker_url: str, **extra) -> dict:
 
 
 @contextmanager
-def celery_worker(var_dir: Path, broker_url: str, *, log_path: Path | None = None, **extra_env):
+def celery_worker(
+    var_dir: Path, broker_url: str, *, log_path: Path | None = None, name: str = f"test-{os.getpid()}", **extra_env
+):
     """Run `celery worker` until the block ends; stop it warmly with TERM, as an operator would. `extra_env`
     overrides child_env's (e.g. another DATABASE_URL)."""
-    log = open(log_path or var_dir / "worker.log", "wb")  # noqa: SIM115 - closed below
     cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-l", "INFO", "--concurrency", "1",
-           "--without-heartbeat", "--without-gossip", "--without-mingle", "-n", f"test-{os.getpid()}@%h"]  # fmt: skip
-    env = child_env(var_dir, broker_url, **extra_env)
+           "--without-heartbeat", "--without-gossip", "--without-mingle", "-n", f"{name}@%h"]  # fmt: skip
+    with _child(cmd, log_path or var_dir / "worker.log", child_env(var_dir, broker_url, **extra_env)) as proc:
+        yield proc
+
+
+@contextmanager
+def celery_beat(var_dir: Path, broker_url: str, *, log_path: Path, **extra_env):
+    """Run `celery beat` (Tessera's scheduler, core.beat) until the block ends."""
+    cmd = [sys.executable, "-m", "celery", "-A", "config", "beat", "-l", "INFO"]
+    with _child(cmd, log_path, child_env(var_dir, broker_url, **extra_env)) as proc:
+        yield proc
+
+
+@contextmanager
+def _child(cmd: list[str], log_path: Path, env: dict):
+    """A child process logging to `log_path`; TERM when the block ends (KILL after 20 s)."""
+    log = open(log_path, "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        _stop(proc)
         log.close()
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and its children (a prefork pool, gunicorn's workers), as an OOM killer or a node loss
+    would."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    for target in [pid, *children]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, signal.SIGKILL)
 
 
 def free_port() -> int:
@@ -85,8 +112,16 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @contextmanager
-def web_server(var_dir: Path, *, workers: int = 1, threads: int = 4, eager_tasks: bool = True, **extra_env):
-    """Serve Tessera with gunicorn on a free local port until the block ends; yields the base URL.
+def web_server(var_dir: Path, **options):
+    """Serve Tessera with gunicorn on a free local port until the block ends; yields the base URL (options: those of
+    `web_server_process`)."""
+    with web_server_process(var_dir, **options) as (url, _):
+        yield url
+
+
+@contextmanager
+def web_server_process(var_dir: Path, *, workers: int = 1, threads: int = 4, eager_tasks: bool = True, **extra_env):
+    """Serve Tessera with gunicorn on a free local port until the block ends; yields (base URL, gunicorn's master).
 
     With `eager_tasks` the server runs the tasks it enqueues itself (no worker or broker needed).
     """
@@ -112,7 +147,7 @@ def web_server(var_dir: Path, *, workers: int = 1, threads: int = 4, eager_tasks
                 if time.monotonic() > deadline:
                     raise AssertionError(f"the web server did not answer: {log_path.read_text()[-2000:]}") from None
                 time.sleep(0.1)
-        yield url
+        yield url, proc
     finally:
         _stop(proc)
         log.close()

@@ -6,7 +6,7 @@ The plan is shared by the reconcile loop and by an operator's explicit rollout (
 from collections import defaultdict
 from dataclasses import dataclass
 
-from django.db.models import Count, Exists, Min, OuterRef, Q, Value
+from django.db.models import Count, Exists, F, Min, OuterRef, Q, Value
 from django.utils import timezone
 
 from fleet.models import Node, NodePool
@@ -86,11 +86,18 @@ def drift(nodes, *, at=None) -> Drift:
     """Desired against observed for these nodes, keeping the ones that differ with what holds each back."""
     at = at or timezone.now()
     rows = [r for r in desired_vs_observed(nodes, at=at) if r.in_sync is False]
+    ids = [r.node.pk for r in rows]
     busy = set(
-        NodeChange.objects.filter(node__in=[r.node.pk for r in rows], status__in=ACTIVE_CHANGE_STATUSES).values_list(
-            "node_id", flat=True
-        )
+        NodeChange.objects.filter(node__in=ids, status__in=ACTIVE_CHANGE_STATUSES).values_list("node_id", flat=True)
     )
+    # A change to exactly the desired config that succeeded after the node was last observed: the node runs it, but
+    # its row does not say so yet (the watcher or the agent records it next). Planned again now, it would change twice.
+    unobserved = dict(
+        NodeChange.objects.filter(node__in=ids, status=ChangeStatus.SUCCEEDED, finished_at__gt=F("node__last_seen_at"))
+        .order_by("pk")  # the latest wins
+        .values_list("node_id", "to_config")
+    )
+    busy |= {r.node.pk for r in rows if r.config and r.node.pk in unobserved and unobserved[r.node.pk] == to_config(r)}
     wanted = {r.node.pk: r.config_id for r in rows if r.config and r.node.pk not in busy}
     return Drift(rows, busy, backoffs(wanted, at=at))
 

@@ -4,6 +4,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db.models import Q
 
+from core.periodic import OncePerPeriod
 from core.retention import PRUNE_SOFT_TIME_LIMIT, PRUNE_TIME_LIMIT
 from fleet.models import Cluster, NodePool
 from scheduling.services import pool_compliance_check
@@ -22,7 +23,7 @@ STEP_CHUNK = 50
 RECONCILE_TICK_SECONDS = 30  # beat's period for the tick (TESSERA_RECONCILE_SECONDS); it re-sends what expired
 
 
-@shared_task(soft_time_limit=50, time_limit=60, expires=60)
+@shared_task(base=OncePerPeriod, soft_time_limit=50, time_limit=60, expires=60)
 def reconcile_tick() -> dict:
     """Beat's tick: remove pins past their end, turn drift into rollouts, then nudge every running rollout (recovers
     lost step tasks); clusters whose admission policies no longer match their pools' QoS policies (a window began, a
@@ -78,7 +79,7 @@ def node_changes_step(self, change_ids: list[int], rollout_id: int) -> dict:
     return {"active": len(result.active), "finished": result.finished}
 
 
-@shared_task(soft_time_limit=50, time_limit=60, expires=240)
+@shared_task(base=OncePerPeriod, soft_time_limit=50, time_limit=60, expires=240)
 def qos_compliance_refresh() -> int:
     """Beat's tick for QoS: one compliance check per pool that has a policy now or had a report before."""
     pool_ids = list(NodePool.objects.values_list("pk", flat=True))
@@ -109,7 +110,7 @@ def _fan_out(task, expires: float) -> int:
     return len(ids)
 
 
-@shared_task(soft_time_limit=20, time_limit=30, expires=30)
+@shared_task(base=OncePerPeriod, soft_time_limit=20, time_limit=30, expires=30)
 def clusters_scrape_metrics() -> int:
     """Beat's tick: one metrics scrape per Kubernetes cluster (expiring, so a backlog never piles up)."""
     return _fan_out(cluster_scrape_metrics, INVENTORY_TICK_SECONDS)
@@ -125,7 +126,7 @@ def cluster_scrape_metrics(cluster_id: int) -> dict:
     return {"nodes": result.nodes, "gpus": result.gpus, "metrics": result.metrics_recorded}
 
 
-@shared_task(soft_time_limit=20, time_limit=30, expires=30)
+@shared_task(base=OncePerPeriod, soft_time_limit=20, time_limit=30, expires=30)
 def clusters_sync_pods() -> int:
     """Beat's tick: one GPU-pod sync per Kubernetes cluster."""
     return _fan_out(cluster_sync_pods, INVENTORY_TICK_SECONDS)
@@ -150,7 +151,7 @@ def cluster_check_health(cluster_id: int) -> str:
 ADMISSION_TICK_SECONDS = 60  # beat's period for the sweep below
 
 
-@shared_task(soft_time_limit=20, time_limit=30, expires=ADMISSION_TICK_SECONDS)
+@shared_task(base=OncePerPeriod, soft_time_limit=20, time_limit=30, expires=ADMISSION_TICK_SECONDS)
 def clusters_sync_admission() -> int:
     """Beat's sweep: one admission sync per cluster that enforces a QoS policy at admission or did (retries errors,
     repairs objects changed or deleted in the cluster)."""
@@ -170,7 +171,7 @@ def admission_sync(cluster_id: int) -> dict:
     return admission_module.admission_sync(cluster=cluster).as_dict()
 
 
-@shared_task(soft_time_limit=PRUNE_SOFT_TIME_LIMIT, time_limit=PRUNE_TIME_LIMIT)
+@shared_task(base=OncePerPeriod, soft_time_limit=PRUNE_SOFT_TIME_LIMIT, time_limit=PRUNE_TIME_LIMIT)
 def retention_prune() -> dict:
     """Beat's daily prune of rollout history: rollouts finished long ago, with their node changes."""
     return worker_prune()

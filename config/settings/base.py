@@ -115,6 +115,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "PRAGMA journal_size_limit=16777216;"
         ),
     }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Statements prepared once per connection after this many runs (psycopg's prepare_threshold): the agent report
+    # path's statements (agents/statements.py, server-binding cursors) are then neither parsed nor planned again.
+    # Django's own cursors bind on the client and never prepare. Behind PgBouncer in transaction mode before 1.21
+    # (no prepared statements), set DJANGO_PG_PREPARE_THRESHOLD=none.
+    _threshold = env("DJANGO_PG_PREPARE_THRESHOLD", default="5")
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
+        None if _threshold.lower() == "none" else int(_threshold)
+    )
 # Persistent connections, SQLite included: a SQLite connection that closes as the file's last one checkpoints and
 # deletes the WAL, several fsyncs that made every write request ~5 ms slower (bench B2).
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DJANGO_CONN_MAX_AGE", default=60)
@@ -273,7 +282,9 @@ CELERY_RESULT_EXTENDED = False
 # no expiry here, so Celery's own cleanup (one unbatched DELETE) is not scheduled.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_EXPIRES = None
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's database scheduler, sending each periodic task once per period however many beats run: a row
+# per (entry, period) claimed in the database (core/beat.py, core/periodic.py, docs/operations.md#supported-topology).
+CELERY_BEAT_SCHEDULER = "core.beat:Scheduler"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -331,6 +342,8 @@ TESSERA = {
         "TASK_RESULTS_DAYS": env.int("TESSERA_RETAIN_TASK_RESULTS_DAYS", default=1),
         # Demand and usage samples per pool (capacity/): what recommendations and GPU-hours per team read.
         "DEMAND_DAYS": env.int("TESSERA_RETAIN_DEMAND_DAYS", default=35),
+        # Beat's claims of periodic tasks, a row per task per period (core.periodic): ~11,000 a day.
+        "PERIODIC_RUNS_DAYS": env.int("TESSERA_RETAIN_PERIODIC_RUNS_DAYS", default=2),
         # Rows deleted per transaction: a first prune of a large backlog never holds the write lock for long.
         "BATCH_SIZE": env.int("TESSERA_RETAIN_BATCH_SIZE", default=500),
     },
@@ -362,58 +375,59 @@ TESSERA = {
 # The daily prunes (UTC, off-peak): each app prunes what it owns. Rollouts first (a gone node stays while a kept
 # rollout names it), then the fleet, then core, which also checkpoints and truncates the SQLite WAL.
 PRUNE_HOUR = env.int("TESSERA_PRUNE_HOUR", default=3)
+# `expire_seconds`, the option django-celery-beat stores (it drops `expires`): a tick not run within it is discarded.
 CELERY_BEAT_SCHEDULE = {
     "qos-compliance": {
         "task": "worker.tasks.qos_compliance_refresh",
         "schedule": env.float("TESSERA_COMPLIANCE_SECONDS", default=300.0),
-        "options": {"expires": 240},
+        "options": {"expire_seconds": 240},
     },
     "reconcile-tick": {
         "task": "worker.tasks.reconcile_tick",
         "schedule": env.float("TESSERA_RECONCILE_SECONDS", default=30.0),
-        "options": {"expires": 60},
+        "options": {"expire_seconds": 60},
     },
     # Kubernetes clusters: GPUs and utilisation from dcgm-exporter, GPU pods (nodes come from watch_clusters).
     "clusters-scrape-metrics": {
         "task": "worker.tasks.clusters_scrape_metrics",
-        "schedule": 30.0,
-        "options": {"expires": 30},
+        "schedule": env.float("TESSERA_INVENTORY_SECONDS", default=30.0),
+        "options": {"expire_seconds": 30},
     },
     "clusters-sync-pods": {
         "task": "worker.tasks.clusters_sync_pods",
-        "schedule": 30.0,
-        "options": {"expires": 30},
+        "schedule": env.float("TESSERA_INVENTORY_SECONDS", default=30.0),
+        "options": {"expire_seconds": 30},
     },
     # QoS policies enforced at admission: ValidatingAdmissionPolicies per cluster (changes also sync at once).
     "clusters-sync-admission": {
         "task": "worker.tasks.clusters_sync_admission",
         "schedule": env.float("TESSERA_ADMISSION_SECONDS", default=60.0),
-        "options": {"expires": 60},
+        "options": {"expire_seconds": 60},
     },
     "worker-retention-prune": {
         "task": "worker.tasks.retention_prune",
         "schedule": crontab(hour=PRUNE_HOUR, minute=5),
-        "options": {"expires": 3600},
+        "options": {"expire_seconds": 3600},
     },
     "fleet-retention-prune": {
         "task": "fleet.tasks.retention_prune",
         "schedule": crontab(hour=PRUNE_HOUR, minute=20),
-        "options": {"expires": 3600},
+        "options": {"expire_seconds": 3600},
     },
     "capacity-sample": {
         "task": "capacity.tasks.sample",
         "schedule": 60.0 * env.int("TESSERA_CAPACITY_SAMPLE_MINUTES", default=5),
-        "options": {"expires": 60.0 * env.int("TESSERA_CAPACITY_SAMPLE_MINUTES", default=5)},
+        "options": {"expire_seconds": 60.0 * env.int("TESSERA_CAPACITY_SAMPLE_MINUTES", default=5)},
     },
     "capacity-retention-prune": {
         "task": "capacity.tasks.retention_prune",
         "schedule": crontab(hour=PRUNE_HOUR, minute=30),
-        "options": {"expires": 3600},
+        "options": {"expire_seconds": 3600},
     },
     "core-retention-prune": {
         "task": "core.tasks.retention_prune",
         "schedule": crontab(hour=PRUNE_HOUR, minute=40),
-        "options": {"expires": 3600},
+        "options": {"expire_seconds": 3600},
     },
 }
 

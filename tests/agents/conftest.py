@@ -14,6 +14,13 @@ from fleet.models import Node
 from tests.factories import ClusterFactory
 
 
+def written(queries) -> list[str]:
+    """The statements of captured queries up to their SET clause, without the test's savepoints and the flush's
+    `SET LOCAL synchronous_commit` (PostgreSQL): the writes."""
+    skip = ("SAVEPOINT", "RELEASE SAVEPOINT", "SET LOCAL")
+    return [q["sql"].split(" SET ")[0] for q in queries if not q["sql"].startswith(skip)]
+
+
 def clear_throttle_counts():
     for throttle in (AgentRateThrottle, AgentRegisterThrottle):
         throttle.counts._reset()

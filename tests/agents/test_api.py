@@ -43,7 +43,7 @@ from fleet.models import AgentCredential, AgentJoinToken, Gpu, GpuEvent, MigDevi
 from fleet.selectors import gpu_events
 from sharing import services as sharing_services
 from sharing.render import DevicePluginSpec
-from tests.agents.conftest import agent_client, clear_throttle_counts, register, report_of
+from tests.agents.conftest import agent_client, clear_throttle_counts, register, report_of, written
 from tests.factories import ClusterFactory, NodeFactory, NodePoolFactory
 from worker import reconcile
 from worker import services as worker_services
@@ -232,7 +232,7 @@ def test_the_same_report_twice_changes_no_rows_and_costs_two_writes(node_a):
     assert _rows(node) == before
     # Two reads (credential with node, serving change) go through the DB-API cursor, unseen here; then only the
     # node's last-seen and the metrics of the GPUs (one executemany).
-    statements = [q["sql"].split(" SET ")[0] for q in queries if "SAVEPOINT" not in q["sql"]]  # the test's atomic
+    statements = written(queries)
     assert statements == ['1 times: UPDATE "fleet_node"', '2 times: UPDATE "fleet_gpu"'], statements
 
 

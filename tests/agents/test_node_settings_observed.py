@@ -22,6 +22,7 @@ from core.models import AuditEvent
 from fleet.agent_credentials import agent_join_token_create
 from fleet.models import Gpu, Node
 from sharing import services as sharing_services
+from tests.agents.conftest import written
 from tests.factories import ClusterFactory, GpuFactory, NodePoolFactory
 
 pytestmark = pytest.mark.django_db
@@ -143,7 +144,7 @@ def test_the_clock_now_and_other_metrics_stay_on_the_fast_path(agent, backend):
     moving = report(backend, gpu0={"graphics_clock_mhz": 1410, "temperature_c": 71}, gpu1={"graphics_clock_mhz": 345})
     with CaptureQueriesContext(connection) as queries:
         send(client, moving)
-    statements = [q["sql"].split(" SET ")[0] for q in queries if "SAVEPOINT" not in q["sql"]]
+    statements = written(queries)
     assert statements == ['1 times: UPDATE "fleet_node"', '2 times: UPDATE "fleet_gpu"'], statements
     assert Node.objects.get(pk=node.pk).agent_report_hash == stored
     assert events(node) == []

@@ -43,6 +43,7 @@ ALLOWED = {
     ("fleet", "0003_gpu_list_indexes", 0): BEFORE_FIRST_RELEASE,
     ("fleet", "0003_gpu_list_indexes", 1): BEFORE_FIRST_RELEASE,
     ("fleet", "0008_dcgm_health_signals_mig_metrics_prometheus_url", 9): BEFORE_FIRST_RELEASE,
+    ("fleet", "0013_report_rows_fillfactor", 0): "ALTER TABLE … SET (fillfactor) on PostgreSQL: catalog only, instant",
 }
 POSTGRES = DatabaseWrapper(dict(connections["default"].settings_dict))  # never connects: column types only
 

@@ -6,13 +6,10 @@ Most tests drive the engine in-process (the services the tasks call, in a loop, 
 last two run real Celery worker processes on the filesystem broker against the same test database.
 """
 
-import contextlib
-import os
 import signal
 import time
 from collections import Counter
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -24,7 +21,7 @@ from core.audit import Actor
 from core.models import AuditEvent
 from fleet.models import Node, NodePool
 from sharing import services as sharing_services
-from tests.processes import celery_worker, wait_until
+from tests.processes import celery_worker, kill_tree, wait_until
 from worker import reconcile, services
 from worker.choices import IN_FLIGHT_STATUSES
 from worker.drivers import driver_for
@@ -306,21 +303,6 @@ def broker(tmp_path, monkeypatch):
     app._pool = app.amqp._producer_pool = None
 
 
-def _kill_tree(pid: int) -> None:
-    """SIGKILL a process and its children (the prefork pool), as an OOM killer or a node loss would."""
-    children = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            children.append(int(stat.parent.name))
-    for target in [pid, *children]:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(target, signal.SIGKILL)
-
-
 def _tick(rollout_id: int) -> None:
     """The reconcile tick 30 s later, as beat would fire it: stalled changes (their poll task died with the
     worker) are re-stepped. The clock is moved instead of waited for."""
@@ -344,7 +326,7 @@ def test_worker_killed_mid_rollout_resumes_without_duplicate_or_lost_steps(sim, 
         wait_until(lambda: rollout.changes.filter(status="succeeded").exists(), timeout=40, message="a first node")
         wait_until(lambda: rollout.changes.filter(status__in=["applying", "verifying"]).exists(), timeout=20,
                    message="nodes mid-change")  # fmt: skip
-        _kill_tree(first.pid)
+        kill_tree(first.pid)
         first.wait(10)
     assert first.returncode == -signal.SIGKILL
     in_flight = statuses(rollout)
