@@ -80,3 +80,9 @@ def url_prefix(view_name):
     """The URL of `view_name` for an object without its id (`/nodes/` of `/nodes/<pk>/`), reversed once per table
     instead of once a row: `{% url_prefix "console:node_detail" as node_url %}…{{ node_url }}{{ node.pk }}/`."""
     return reverse(view_name, args=[0]).removesuffix("0/")
+
+
+@register.simple_tag
+def relative(at):
+    """An instant as "in 2 hours" / "5 minutes ago" alone (tessera.js keeps it true while the page stays open)."""
+    return mark_safe(f'<time datetime="{local_time(at).isoformat()}" data-relative>{esc(naturaltime(at))}</time>')
