@@ -131,6 +131,8 @@ class DesiredVsObserved:
     # Agent nodes also get the QoS policy's GPU settings and host tuning, part of what their config id names.
     node_settings: dict | None = None
     config_id: str | None = None
+    # A node's QoS policy always comes from its pool or schedule window (a pin changes only its profile).
+    qos_policy: QoSPolicy | None = None
 
 
 def gpu_shapes(node_ids) -> dict[int, tuple[tuple[int, str], ...]]:
@@ -217,6 +219,7 @@ def desired_vs_observed(nodes, *, at=None) -> list[DesiredVsObserved]:
                 config=config,
                 node_settings=settings,
                 config_id=config_id,
+                qos_policy=state.qos_policy,
             )
         )
     return rows

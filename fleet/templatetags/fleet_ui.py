@@ -4,7 +4,7 @@ core's `ui` tags for why tags, not included templates)."""
 from django import template
 from django.utils.safestring import mark_safe
 
-from core.templatetags.ui import esc, full_time, instant, local_time, meter
+from core.templatetags.ui import esc, fixed, full_time, instant, local_time, meter
 from fleet.choices import ConfigState, GpuHealth, SharingMode
 
 register = template.Library()
@@ -109,4 +109,83 @@ def node_cells(node, node_url, cluster_url, pool_url):
         f"<td>{pool}</td><td>{ready_badge(node)}</td><td>{mode_tag(node)}</td><td>{config_badge(node)}</td>"
         f'<td class="nowrap">{gpus}</td><td>{meter(node.mean_utilization)}{sampled}</td>'
         f'<td class="nowrap">{instant(node.last_seen_at, sub=True)}</td>'
+    )
+
+
+def _block(key, block) -> str:
+    """One MIG device of `mig_layout_svg`: its block, label, utilisation bar and in-use marker."""
+    colour, x, width, centre = block.colour, block.x, block.width, block.centre
+    title = f"{esc(block.profile)} on memory slices {block.start}–{block.end}"
+    title += f" · {esc(block.uuid)}" if block.uuid else ""
+    title += f" · in use by {esc(block.in_use_by)}" if block.in_use_by else " · not in use"
+    if block.utilization_pct is not None:
+        title += f" · {fixed(block.utilization_pct, 0)}% busy"
+    if block.memory_used_gib is not None:
+        total = "" if block.memory_gib is None else fixed(block.memory_gib, 1)
+        title += f" · {fixed(block.memory_used_gib, 1)} of {total} GiB used"
+    parts = [
+        f'<g><rect class="mig-device mig-{colour}" x="{x}" y="6" width="{width}" height="84" rx="7" '
+        f'data-profile="{esc(block.profile)}" data-start="{block.start}" data-size="{block.size}"><title>{title}'
+        f'</title></rect><rect class="mig-edge mig-ink-{colour}" x="{x + 3}" y="9" width="{width - 6}" height="78" '
+        f'rx="5" aria-hidden="true"/>'
+    ]
+    if len(block.lines) == 2:
+        parts.append(
+            f'<text class="mig-label mig-ink-{colour}" x="{centre}" y="45">{esc(block.lines[0])}</text>'
+            f'<text class="mig-label-sub mig-ink-{colour}" x="{centre}" y="62">{esc(block.lines[1])}</text>'
+        )
+    else:
+        parts.append(f'<text class="mig-label mig-ink-{colour}" x="{centre}" y="53">{esc(block.lines[0])}</text>')
+    if block.utilization_pct is not None:
+        busy = fixed(block.utilization_pct, 0)
+        parts.append(
+            f'<text class="mig-util-label mig-ink-{colour}" x="{centre}" y="78">{busy}%</text>'
+            f'<rect class="mig-util-track" x="{x + 6}" y="81" width="{width - 12}" height="4" rx="2" '
+            'aria-hidden="true"/>'
+            f'<rect class="mig-util mig-ink-{colour}" x="{x + 6}" y="81" width="{block.utilization_bar}" height="4" '
+            f'rx="2" data-utilization="{block.utilization_pct}"><title>{esc(block.profile)}: graphics engine {busy}% '
+            f"active</title></rect>"
+        )
+    if block.in_use_by:
+        parts.append(
+            f'<circle class="mig-inuse mig-ink-{colour}" cx="{x + width - 14}" cy="21" r="5"><title>In use by '
+            f"{esc(block.in_use_by)}</title></circle>"
+        )
+    parts.append("</g>")
+    return "".join(parts)
+
+
+@register.simple_tag
+def mig_layout_svg(key, layout, large=False):
+    """The MIG layout of one GPU (`layout`: `fleet.selectors.mig_layout` or `planned_mig_layout`): a column per memory
+    slice (8; A30: 4), each MIG device a block over start..start+size coloured by profile, free slices hatched, and
+    the utilisation of each slice dcgm-exporter reported at its foot. `key` makes its element ids unique on the page
+    (the GPU's id); large=True on the GPU page. The node page draws one per GPU: ~1 ms each as a template."""
+    width = layout.width
+    free = "".join(
+        f'<rect class="mig-free" x="{slot["x"]}" y="6" width="60" height="84" rx="7" fill="url(#mig-hatch-{key})">'
+        f"<title>Memory slice {slot['index']}: free</title></rect>"
+        for slot in layout.free
+    )
+    axis = "".join(f'<text class="mig-axis" x="{t["x"]}" y="106">{t["index"]}</text>' for t in layout.axis)
+    legend = "".join(
+        f'<li><span class="swatch mig-{e["colour"]}" aria-hidden="true"></span>{esc(e["profile"])} × {e["count"]}</li>'
+        for e in layout.legend
+    )
+    if layout.free:
+        legend += f'<li><span class="swatch swatch--free" aria-hidden="true"></span>free × {len(layout.free)}</li>'
+    if layout.any_in_use:
+        legend += '<li><span class="swatch swatch--inuse" aria-hidden="true"></span>in use</li>'
+    if layout.any_metrics:
+        legend += '<li class="faint">bar and % at the foot: each slice\'s graphics engine activity</li>'
+    return mark_safe(
+        f'<figure class="mig{" mig--large" if large else ""}"><svg xmlns="http://www.w3.org/2000/svg" '
+        f'viewBox="0 0 {width} 112" style="max-width: {round(width / 10 * 16) if large else width}px" role="img" '
+        f'aria-labelledby="mig-title-{key}"><title id="mig-title-{key}">{esc(layout.summary)}</title><defs>'
+        f'<pattern id="mig-hatch-{key}" width="7" height="7" patternUnits="userSpaceOnUse" '
+        f'patternTransform="rotate(45)"><rect width="7" height="7" class="mig-hatch-bg"/>'
+        f'<line x1="1" y1="0" x2="1" y2="7" class="mig-hatch-line"/></pattern></defs>{free}'
+        f"{''.join(_block(key, block) for block in layout.blocks)}{axis}</svg>"
+        f'<figcaption><ul class="legend" aria-label="Legend">{legend}<li class="faint">{layout.slices} memory slices '
+        f"(numbered below)</li></ul></figcaption></figure>"
     )
