@@ -239,9 +239,19 @@ class ScheduledTransition:
     nodes: int = 0
 
 
-def schedule_transitions(schedule: Schedule, start, end) -> list[ScheduledTransition]:
-    """Transitions of one schedule in (start, end], with the baseline resolved to the pool's defaults."""
-    return _transitions([schedule], start, end, _unpinned_node_counts([schedule.pool_id]))
+def schedule_transitions(
+    schedule: Schedule, start, end, *, following: int | None = None, defaults: dict | None = None
+) -> list[ScheduledTransition]:
+    """Transitions of one schedule in (start, end], with the baseline resolved to the pool's defaults. A caller that
+    has read them passes the pool's unpinned node count (`unpinned_node_count`) and PoolSharing rows by pool id."""
+    if following is None:
+        following = unpinned_node_count(schedule.pool_id)
+    return _transitions([schedule], start, end, {schedule.pool_id: following}, defaults)
+
+
+def unpinned_node_count(pool_id: int) -> int:
+    """Live nodes of the pool that follow its schedule."""
+    return _unpinned_node_counts([pool_id]).get(pool_id, 0)
 
 
 def _unpinned_node_counts(pool_ids) -> dict[int, int]:
@@ -254,14 +264,14 @@ def _unpinned_node_counts(pool_ids) -> dict[int, int]:
     )
 
 
-def _transitions(schedules, start, end, node_counts=None) -> list[ScheduledTransition]:
+def _transitions(schedules, start, end, node_counts=None, defaults=None) -> list[ScheduledTransition]:
     schedules = list(schedules)
-    defaults = {
-        s.pool_id: s
-        for s in PoolSharing.objects.filter(pool_id__in=[s.pool_id for s in schedules]).select_related(
-            "profile", "qos_policy"
-        )
-    }
+    if defaults is None:
+        pool_ids = [s.pool_id for s in schedules]
+        defaults = {
+            s.pool_id: s
+            for s in PoolSharing.objects.filter(pool_id__in=pool_ids).select_related("profile", "qos_policy")
+        }
     profile_ids = {w.profile_id for s in schedules for w in s.windows.all()} | {
         s.baseline_profile_id for s in schedules
     }

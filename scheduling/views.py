@@ -107,14 +107,16 @@ def schedule_detail(request, pk):
     """One schedule: the week drawn, the changes of the next 7 days, and what the next one does to the pool."""
     schedule = get_object_or_404(_schedules(), pk=pk)
     now = timezone.now()
-    default = _pool_defaults([schedule]).get(schedule.pool_id)
+    defaults = _pool_defaults([schedule])
+    default = defaults.get(schedule.pool_id)
     label = _labeller([schedule], default)
     calendar = schedule.to_calendar()
     _now_and_next(schedule, calendar, label, now)
     for window in schedule.windows.all():
         window.days_text = days_text(window.weekdays)
-    transitions = selectors.schedule_transitions(schedule, now, now + timedelta(days=TRANSITION_DAYS))
-    following = schedule.pool.nodes.live().filter(pin__isnull=True).count()
+    following = selectors.unpinned_node_count(schedule.pool_id)
+    end = now + timedelta(days=TRANSITION_DAYS)
+    transitions = selectors.schedule_transitions(schedule, now, end, following=following, defaults=defaults)
     kueue = KueueBinding.objects.filter(pool_id=schedule.pool_id, enabled=True).first()
     quotas = [transition_quota(schedule.pool, t) if kueue else None for t in transitions]
     context = {

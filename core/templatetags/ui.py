@@ -65,6 +65,8 @@ def meter(pct, warn=False, large=False, suffix=""):
     utilisation); large: the detail pages' bigger bar; suffix: a word after the unit."""
     if pct is None:
         return mark_safe('<span class="faint" title="Not reported">—</span>')
+    if isinstance(pct, str):  # `{% widthratio … as share %}` gives a string
+        pct = float(pct)
     level = (" meter--crit" if pct >= 95 else " meter--high" if pct >= 85 else "") if warn else ""
     size = " meter--lg" if large else ""
     unit = f' <span class="unit">{esc(suffix)}</span>' if suffix else ""
@@ -86,3 +88,13 @@ def url_prefix(view_name):
 def relative(at):
     """An instant as "in 2 hours" / "5 minutes ago" alone (tessera.js keeps it true while the page stays open)."""
     return mark_safe(f'<time datetime="{local_time(at).isoformat()}" data-relative>{esc(naturaltime(at))}</time>')
+
+
+@register.simple_tag
+def timestamp(at, clock=False, css=""):
+    """An instant as the time of day (`clock`) or date and time to the second in the viewer's zone, in full on hover:
+    the audit log's and the rollout page's event times."""
+    local = local_time(at)
+    shown = f"{local:%H:%M:%S}" if clock else f"{local:%Y-%m-%d %H:%M:%S}"
+    attrs = f' class="{esc(css)}"' if css else ""
+    return mark_safe(f'<time{attrs} datetime="{local.isoformat()}" title="{full_time(local)}">{shown}</time>')
