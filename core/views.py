@@ -275,10 +275,16 @@ def audit_log(request):
     """Every change of desired state and every rollout transition, filterable; HTMX swaps only the table."""
     filterset = AuditEventFilterSet(request.GET, queryset=AuditEvent.objects.all())
     page = paginate(request, filterset.qs, AUDIT_PAGE_SIZE)
+    prefixes = {}  # each object page's URL reversed once per page, not once a row
     for event in page.object_list:
         event.diff = audit_diff(event.before, event.after)
         name = _OBJECT_URLS.get(event.object_type)
-        event.url = reverse(name, args=[event.object_id]) if name and event.object_id.isdigit() else ""
+        if name and event.object_id.isdigit():
+            if name not in prefixes:
+                prefixes[name] = reverse(name, args=[0]).removesuffix("0/")
+            event.url = f"{prefixes[name]}{event.object_id}/"
+        else:
+            event.url = ""
         event.object_type_label = object_type_label(event.object_type)
     context = {
         "filterset": filterset,

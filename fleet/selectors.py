@@ -5,7 +5,21 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import BooleanField, Count, ExpressionWrapper, F, FloatField, Max, Prefetch, Q, QuerySet, Sum
+from django.db.models import (
+    BooleanField,
+    Case,
+    Count,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Max,
+    Prefetch,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+    When,
+)
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -597,8 +611,10 @@ def gpu_events(gpu, limit: int = 50) -> list[GpuEvent]:
 
 
 def node_agent_credential(node: Node) -> AgentCredential | None:
-    """The node's active agent credential, if its agent is registered."""
-    return AgentCredential.objects.filter(node=node, revoked_at__isnull=True).first()
+    """The node's active agent credential (at most one), else its last revoked one, with its join token: one query."""
+    active_first = Case(When(revoked_at__isnull=True, then=Value(0)), default=Value(1))
+    credentials = AgentCredential.objects.filter(node=node).select_related("join_token")
+    return credentials.order_by(active_first, "-created_at", "-pk").first()
 
 
 def node_uuid_conflicts(node: Node) -> list[UuidConflict]:

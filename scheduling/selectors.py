@@ -131,6 +131,8 @@ class DesiredVsObserved:
     # Agent nodes also get the QoS policy's GPU settings and host tuning, part of what their config id names.
     node_settings: dict | None = None
     config_id: str | None = None
+    # A node's QoS policy always comes from its pool or schedule window (a pin changes only its profile).
+    qos_policy: QoSPolicy | None = None
 
 
 def gpu_shapes(node_ids) -> dict[int, tuple[tuple[int, str], ...]]:
@@ -217,6 +219,7 @@ def desired_vs_observed(nodes, *, at=None) -> list[DesiredVsObserved]:
                 config=config,
                 node_settings=settings,
                 config_id=config_id,
+                qos_policy=state.qos_policy,
             )
         )
     return rows
@@ -236,9 +239,19 @@ class ScheduledTransition:
     nodes: int = 0
 
 
-def schedule_transitions(schedule: Schedule, start, end) -> list[ScheduledTransition]:
-    """Transitions of one schedule in (start, end], with the baseline resolved to the pool's defaults."""
-    return _transitions([schedule], start, end, _unpinned_node_counts([schedule.pool_id]))
+def schedule_transitions(
+    schedule: Schedule, start, end, *, following: int | None = None, defaults: dict | None = None
+) -> list[ScheduledTransition]:
+    """Transitions of one schedule in (start, end], with the baseline resolved to the pool's defaults. A caller that
+    has read them passes the pool's unpinned node count (`unpinned_node_count`) and PoolSharing rows by pool id."""
+    if following is None:
+        following = unpinned_node_count(schedule.pool_id)
+    return _transitions([schedule], start, end, {schedule.pool_id: following}, defaults)
+
+
+def unpinned_node_count(pool_id: int) -> int:
+    """Live nodes of the pool that follow its schedule."""
+    return _unpinned_node_counts([pool_id]).get(pool_id, 0)
 
 
 def _unpinned_node_counts(pool_ids) -> dict[int, int]:
@@ -251,14 +264,14 @@ def _unpinned_node_counts(pool_ids) -> dict[int, int]:
     )
 
 
-def _transitions(schedules, start, end, node_counts=None) -> list[ScheduledTransition]:
+def _transitions(schedules, start, end, node_counts=None, defaults=None) -> list[ScheduledTransition]:
     schedules = list(schedules)
-    defaults = {
-        s.pool_id: s
-        for s in PoolSharing.objects.filter(pool_id__in=[s.pool_id for s in schedules]).select_related(
-            "profile", "qos_policy"
-        )
-    }
+    if defaults is None:
+        pool_ids = [s.pool_id for s in schedules]
+        defaults = {
+            s.pool_id: s
+            for s in PoolSharing.objects.filter(pool_id__in=pool_ids).select_related("profile", "qos_policy")
+        }
     profile_ids = {w.profile_id for s in schedules for w in s.windows.all()} | {
         s.baseline_profile_id for s in schedules
     }

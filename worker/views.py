@@ -86,7 +86,18 @@ def _live_context(pk: int) -> dict:
     events = AuditEvent.objects.filter(
         Q(object_type="nodechange", object_id__in=change_ids) | Q(object_type="rollout", object_id=str(rollout.pk))
     ).order_by("-at", "-pk")[:EVENTS_SHOWN]
-    changes = list(rollout.changes.select_related("node").order_by("position"))
+    shown = (
+        "position",
+        "status",
+        "attempts",
+        "applied_mig_config",
+        "updated_at",
+        "error",
+        "deadline",
+        "rollout",
+        "node__name",
+    )
+    changes = list(rollout.changes.select_related("node").only(*shown).order_by("position"))
     retries = {r.node_id: r for r in selectors.rollout_retries(rollout)}
     for change in changes:
         change.retry = retries.get(change.node_id)

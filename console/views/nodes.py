@@ -14,7 +14,7 @@ from fleet import selectors
 from fleet.choices import ClusterDriver
 from fleet.models import AgentCredential, Node, UuidConflict
 from fleet.querysets import agent_stale_cutoff
-from scheduling.selectors import desired_vs_observed, pool_states
+from scheduling.selectors import desired_vs_observed
 from sharing import display
 from sharing.models import NodePin, QoSComplianceReport, SharingProfile
 from sharing.qos import compare_node_settings
@@ -31,17 +31,13 @@ def _agent_credential(node: Node) -> AgentCredential | None:
     """The node's active agent credential, else its last revoked one; none read for nodes no agent ever ran on."""
     if node.cluster.driver != ClusterDriver.AGENT and not node.agent_version:
         return None
-    return (
-        selectors.node_agent_credential(node)
-        or AgentCredential.objects.filter(node=node).select_related("join_token").first()
-    )
+    return selectors.node_agent_credential(node)
 
 
-def _node_qos(node: Node, gpus: list) -> dict:
-    """The node's QoS policy (from its pool or schedule window) with its node settings and kubelet expectations beside
-    what the node runs; agent nodes apply the settings and report them, others do not."""
-    # A node's QoS policy always comes from its pool (a pin changes only its profile): desired_state without the pins.
-    policy = pool_states([node.pool_id])[node.pool_id].qos_policy if node.pool_id else None
+def _node_qos(node: Node, gpus: list, policy) -> dict:
+    """The node's QoS policy `policy` (from its pool or schedule window: `DesiredVsObserved.qos_policy`) with its node
+    settings and kubelet expectations beside what the node runs; agent nodes apply the settings and report them,
+    others do not."""
     qos = {"policy": policy, "agent_driven": node.cluster.driver == ClusterDriver.AGENT}
     if policy is None:
         return qos
@@ -82,7 +78,7 @@ def node_detail(request, pk):
         "retry": node_retry(desired),
         "pin": NodePin.objects.filter(node=node).select_related("profile", "pinned_by").first(),
         "changes": list(NodeChange.objects.filter(node=node).select_related("rollout").order_by("-pk")[:NODE_CHANGES]),
-        "qos": _node_qos(node, gpus),
+        "qos": _node_qos(node, gpus, desired.qos_policy),
         "credential": _agent_credential(node),
         "agent_stale": node.agent_last_seen_at is None or node.agent_last_seen_at < agent_stale_cutoff(),
         "uuid_conflicts": selectors.node_uuid_conflicts(node),

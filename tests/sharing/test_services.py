@@ -13,7 +13,7 @@ from scheduling.selectors import desired_state, desired_vs_observed
 from sharing import services
 from sharing.models import SharingProfile
 from sharing.render import MigDeviceSpec
-from sharing.selectors import preview_summary, profile_preview
+from sharing.selectors import preview_summary, preview_totals, profile_preview
 from sharing.spec import KeptConfigs, node_config
 from tests.factories import GpuFactory, MigDeviceFactory, NodeFactory, NodePoolFactory, PodFactory
 from worker import selectors
@@ -137,6 +137,27 @@ def test_preview_reports_resources_reset_and_pods_losing_their_slice(actor):
     (impact,) = profile_preview(geometry, pool.nodes.all())
     assert impact.disruption == "mig-geometry"
     assert preview_summary([impact])["pods_losing"] == 1
+
+
+def test_preview_totals_equal_the_summary_of_the_per_node_preview(actor):
+    """The schedule page's totals count nodes by shape; a pool mixing shapes, MIG states, advertised resources, a
+    product the profile cannot run and nodes with pods gives the totals of the per-node preview."""
+    pool = NodePoolFactory()
+    for _ in range(3):
+        _node_with_gpus(pool, count=2)
+    _node_with_gpus(pool, count=2, allocatable={"nvidia.com/gpu": 2})
+    _node_with_gpus(pool, count=1, observed_device_plugin_config="tessera-x")
+    _node_with_gpus(pool, product="Tesla-T4")
+    for mig_profile in ("1g.10gb", "3g.40gb"):
+        node = _node_with_gpus(pool, count=2, mig=True, allocatable={"nvidia.com/mig-1g.10gb": 14})
+        for gpu in node.gpus.all():
+            MigDeviceFactory(gpu=gpu, profile=mig_profile, start=0)
+        PodFactory(node=node, name=f"infer-{mig_profile}", gpu_resources={"nvidia.com/mig-1g.10gb": 1})
+    whole = services.profile_create(actor=actor, name="whole", mode="passthrough", target_products=[H100])
+    for profile in (whole, _mig_profile(actor), _mig_profile(actor, name="big", layout={"3g.40gb": 2})):
+        totals = preview_totals(profile, pool.nodes.all())
+        assert totals == preview_summary(profile_preview(profile, pool.nodes.all()))
+    assert totals["nodes"] == 8 and totals["refused"] == 1 and totals["pods_losing"] >= 1
 
 
 def test_assignment_and_pin_of_a_deleted_pool_or_node_is_a_clear_conflict(actor):
