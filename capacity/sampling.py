@@ -235,10 +235,13 @@ def sample_record(*, now: datetime | None = None) -> int:
     return len(rows) + len(usage)
 
 
-def workloads_record(rows: Iterable[WorkloadRow], *, now: datetime | None = None) -> int:
+def workloads_record(
+    rows: Iterable[WorkloadRow], *, pool_ids: Iterable[int] | None = None, now: datetime | None = None
+) -> int:
     """Record Kueue Workloads as demand of their pools in the bucket `now` falls in (source `workloads`), replacing
-    that bucket's Workload rows: pending (not admitted) ones wait, admitted ones started at their admission. Takes
-    the complete listing a cluster reader made; returns the rows written."""
+    that bucket's Workload rows of `pool_ids` (None: of every pool): pending (not admitted) ones wait, admitted ones
+    started at their admission. Takes the complete listing a cluster reader made of those pools (one cluster read
+    per call: a cluster that could not be read keeps its rows); returns the rows written."""
     now = now or timezone.now()
     at, seconds = bucket(now), sample_seconds()
     items = [
@@ -249,6 +252,9 @@ def workloads_record(rows: Iterable[WorkloadRow], *, now: datetime | None = None
     ]
     samples = _demand_rows(items, at=at, seconds=seconds, source=DemandSource.WORKLOADS)
     with transaction.atomic():
-        DemandSample.objects.filter(at=at, source=DemandSource.WORKLOADS).delete()
+        stale = DemandSample.objects.filter(at=at, source=DemandSource.WORKLOADS)
+        if pool_ids is not None:
+            stale = stale.filter(pool_id__in=list(pool_ids))
+        stale.delete()
         DemandSample.objects.bulk_create(samples.values(), batch_size=1000)
     return len(samples)

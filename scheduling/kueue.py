@@ -45,6 +45,13 @@ def _spec(profile, strategy):
     return under_cluster_strategy(profile.to_spec(), strategy) if profile is not None else None
 
 
+def pool_flavors(pool: NodePool) -> set[str]:
+    """The names of the ResourceFlavors Tessera keeps for the pool: one per GPU product of its live nodes."""
+    nodes = list(pool.nodes.live())
+    shapes = gpu_shapes(n.pk for n in nodes)
+    return {quota.flavor_name(pool.name, _product(n, shapes.get(n.pk, ()))) for n in nodes}
+
+
 def pool_nodes(pool: NodePool, *, at, after=None) -> list[quota.PoolNode]:
     """The pool's live nodes as `scheduling.quota` reads them: profile at `at`, and at `after` when given."""
     nodes = list(pool.nodes.live().select_related("cluster"))

@@ -111,6 +111,13 @@ def core(sim):
 
 
 @pytest.fixture
+def custom(sim):
+    """The official client's CustomObjectsApi on the simulator (Kueue's objects, the ClusterPolicy)."""
+    with config.new_client_from_config(config_file=sim.kubeconfig_path) as api:
+        yield client.CustomObjectsApi(api)
+
+
+@pytest.fixture
 def sim_cluster(sim):
     """A Kubernetes cluster in Tessera pointing at the simulator: its API and its dcgm-exporter metrics (needs a
     database: the test's django_db mark)."""

@@ -13,7 +13,9 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
+from capacity.kueue import cluster_workloads_record
 from core.audit import Actor, audit_record
+from fleet.models import Cluster
 from scheduling.kueue import quota_plan
 from scheduling.models import KueueBinding
 from worker.drivers.kubernetes.api import api_client, error_text
@@ -167,3 +169,27 @@ def bindings_to_sync() -> list[int]:
     return list(
         KueueBinding.objects.filter(enabled=True, pool__cluster__driver="kubernetes").values_list("pool_id", flat=True)
     )
+
+
+def workload_clusters() -> list[int]:
+    """Kubernetes clusters with a pool whose Kueue binding is enabled: the ones whose Workloads are sampled."""
+    return list(
+        Cluster.objects.filter(driver="kubernetes", pools__kueue__enabled=True)
+        .distinct()
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+
+
+def kueue_workloads_sample(cluster_id: int, *, now=None) -> int | str:
+    """Read the cluster's Workloads and record them as demand of its bound pools in the current capacity bucket
+    (capacity/kueue.py; sampling the bucket again replaces them). Returns the rows written, or why nothing was."""
+    cluster = Cluster.objects.filter(pk=cluster_id, driver="kubernetes").first()
+    if cluster is None:
+        return "not a Kubernetes cluster"
+    try:
+        seen = KueueObjects(api_client(cluster)).workloads()
+    except Exception as exc:  # unreachable, forbidden, Kueue not installed: the bucket keeps what it had
+        log.warning("Kueue Workloads of cluster %s not read: %s", cluster.name, error_text(exc))
+        return error_text(exc)
+    return cluster_workloads_record(cluster_id, seen, now=now)

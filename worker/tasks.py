@@ -58,6 +58,21 @@ def kueue_sync(pool_id: int) -> dict:
     return kueue_module.kueue_sync(pool_id)
 
 
+@shared_task(base=OncePerPeriod, soft_time_limit=50, time_limit=60)
+def kueue_workloads_sample() -> dict:
+    """Beat's read of Kueue Workloads into the capacity sample (one task per cluster with an enabled binding)."""
+    clusters = kueue_module.workload_clusters()
+    for cluster_id in clusters:
+        kueue_workloads_sample_cluster.delay(cluster_id)
+    return {"clusters": len(clusters)}
+
+
+@shared_task(soft_time_limit=110, time_limit=120)
+def kueue_workloads_sample_cluster(cluster_id: int) -> int | str:
+    """One cluster's Workloads into the current capacity bucket (worker/kueue.py); idempotent per bucket."""
+    return kueue_module.kueue_workloads_sample(cluster_id)
+
+
 @shared_task(soft_time_limit=50, time_limit=60)
 def rollout_advance(rollout_id: int) -> int:
     """Start the next nodes of a rollout (or finish it) and fan the steps out in small chunks."""

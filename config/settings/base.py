@@ -419,6 +419,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 60.0 * env.int("TESSERA_CAPACITY_SAMPLE_MINUTES", default=5),
         "options": {"expire_seconds": 60.0 * env.int("TESSERA_CAPACITY_SAMPLE_MINUTES", default=5)},
     },
+    # Kueue Workloads of clusters with a Kueue binding, as demand (worker/kueue.py), into the same buckets.
+    "kueue-workloads-sample": {
+        "task": "worker.tasks.kueue_workloads_sample",
+        "schedule": 60.0 * env.int("TESSERA_CAPACITY_SAMPLE_MINUTES", default=5),
+        "options": {"expire_seconds": 60.0 * env.int("TESSERA_CAPACITY_SAMPLE_MINUTES", default=5)},
+    },
     "capacity-retention-prune": {
         "task": "capacity.tasks.retention_prune",
         "schedule": crontab(hour=PRUNE_HOUR, minute=30),

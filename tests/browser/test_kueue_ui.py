@@ -5,7 +5,6 @@ The sync (worker.kueue.kueue_sync, the task the reconcile tick enqueues) is run 
 
 import pytest
 from django.contrib.auth.models import Group
-from kubernetes import client, config
 from playwright.sync_api import expect
 
 from core.models import AuditEvent
@@ -21,12 +20,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, seria
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
 POOL_NODES = ("gpu-node-0002", "gpu-node-0005")  # two H100 nodes of 8 whole GPUs
 FLAVOR = "tessera-h100-nvidia-h100-80gb-hbm3"
-
-
-@pytest.fixture
-def custom(sim):
-    with config.new_client_from_config(config_file=sim.kubeconfig_path) as api:
-        yield client.CustomObjectsApi(api)
 
 
 def _edit_quota(custom, value: str) -> None:

@@ -29,7 +29,11 @@ CALLS = {
     "list_namespaced_config_map": [("configmaps", "list", OPERATOR)],
     "create_namespaced_config_map": [("configmaps", "create", OPERATOR)],
     "replace_namespaced_config_map": [("configmaps", "update", OPERATOR)],
-    "list_cluster_custom_object": [("clusterpolicies", "list", CLUSTER)],
+    "list_cluster_custom_object": [
+        ("clusterpolicies", "list", CLUSTER),
+        ("localqueues", "list", CLUSTER),  # Kueue Workloads as demand (deploy/components/kueue)
+        ("workloads", "list", CLUSTER),
+    ],
     "patch_cluster_custom_object": [
         ("clusterpolicies", "patch", CLUSTER),
         ("resourceflavors", "patch", CLUSTER),  # Kueue (deploy/components/kueue)
@@ -107,12 +111,12 @@ def test_each_overlay_grants_only_what_its_clusters_need(grants):
     operator = grants["gpu-operator"]
     assert ("nodes", "patch", CLUSTER) in operator and ("configmaps", "update", OPERATOR) in operator
     assert not {g for g in operator if g[0].startswith("validatingadmission")}  # only with the admission component
-    assert not {g for g in operator if g[0] in ("resourceflavors", "clusterqueues")}  # only with the kueue component
+    kueue = ("resourceflavors", "clusterqueues", "localqueues", "workloads")
+    assert not {g for g in operator if g[0] in kueue}  # only with the kueue component
     assert {g[0] for g in grants["gpu-operator+components"] - operator} == {
         "validatingadmissionpolicies",
         "validatingadmissionpolicybindings",
-        "resourceflavors",
-        "clusterqueues",
+        *kueue,
     }
 
 

@@ -11,7 +11,6 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from kubernetes import client, config
 
 from core.audit import Actor
 from core.models import AuditEvent
@@ -38,12 +37,6 @@ FLAVOR = "tessera-h100-nvidia-h100-80gb-hbm3"
 BERLIN = ZoneInfo("Europe/Berlin")
 NIGHT = datetime(2026, 3, 4, 6, 0, tzinfo=BERLIN)  # a Wednesday; the day window starts at 08:00
 SWITCH = datetime(2026, 3, 4, 8, 0, tzinfo=BERLIN)
-
-
-@pytest.fixture
-def custom(sim):
-    with config.new_client_from_config(config_file=sim.kubeconfig_path) as api:
-        yield client.CustomObjectsApi(api)
 
 
 def _kueue_object(kind: str, name: str, spec: dict, namespace: str | None = None) -> dict:

@@ -10,7 +10,7 @@ from fleet.observations import PendingPodObservation, PodObservation
 from fleet.services import pending_pods_record, pods_record
 from worker.drivers.kubernetes import api as k8s
 from worker.drivers.kubernetes.driver import candidate_pods
-from worker.drivers.kubernetes.labels import holds_gpu, pod_gpu_resources
+from worker.drivers.kubernetes.labels import holds_gpu, instant, pod_gpu_resources
 
 
 def _resource_requirements(resources: dict | None) -> dict:
@@ -23,23 +23,15 @@ def _container_resources(container: dict) -> dict:
     return {"name": container.get("name", ""), "resources": _resource_requirements(container.get("resources"))}
 
 
-def _instant(text: str | None) -> datetime | None:
-    """A Kubernetes timestamp (RFC 3339, "2025-03-01T08:00:00Z"); None when absent or unreadable."""
-    try:
-        return datetime.fromisoformat(text) if text else None
-    except ValueError:
-        return None
-
-
 def _scheduled_at(status: dict) -> datetime | None:
     condition = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
-    return _instant(condition.get("lastTransitionTime")) if condition and condition.get("status") == "True" else None
+    return instant(condition.get("lastTransitionTime")) if condition and condition.get("status") == "True" else None
 
 
 def pending_observation(pod: dict) -> PendingPodObservation | None:
     """A pod no node took yet that asks for GPU resources; None for any other pod."""
     meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
-    created = _instant(meta.get("creationTimestamp"))
+    created = instant(meta.get("creationTimestamp"))
     resources = pod_gpu_resources(pod)
     if spec.get("nodeName") or status.get("phase", "Pending") != "Pending" or not resources or created is None:
         return None
@@ -77,7 +69,7 @@ def pod_observation(pod: dict) -> PodObservation:
         gpu_resources=pod_gpu_resources(pod),
         spec={**kept, "tolerations": spec.get("tolerations") or []},
         labels=meta.get("labels") or {},
-        created_at=_instant(meta.get("creationTimestamp")),
+        created_at=instant(meta.get("creationTimestamp")),
         scheduled_at=_scheduled_at(status),
     )
 

@@ -8,8 +8,9 @@ resourceVersion it was computed from, so a concurrent edit makes it fail (409/42
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from worker.drivers.kubernetes.api import MERGE_PATCH, call, read_json
-from worker.drivers.kubernetes.labels import MANAGED_BY, MANAGED_BY_TESSERA
+from capacity.kueue import SeenWorkload
+from worker.drivers.kubernetes.api import MERGE_PATCH, call, list_all, read_json
+from worker.drivers.kubernetes.labels import MANAGED_BY, MANAGED_BY_TESSERA, instant, pod_gpu_resources
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
 JSON_PATCH = "application/json-patch+json"
@@ -106,6 +107,42 @@ def quota_patch(cq: dict, wanted: dict[str, dict[str, int]], resources: list[str
     return ops
 
 
+def _true_since(workload: dict, kind: str):
+    """When the condition `kind` became True; None while it is not."""
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    found = next((c for c in conditions if c.get("type") == kind and c.get("status") == "True"), None)
+    return instant(found.get("lastTransitionTime")) if found else None
+
+
+def seen_workload(workload: dict, queues: dict[tuple[str, str], str]) -> SeenWorkload | None:
+    """What capacity records of one Workload (`queues`: (namespace, LocalQueue) -> ClusterQueue); None for one that
+    finished without being admitted (nothing waits)."""
+    meta, spec = workload.get("metadata") or {}, workload.get("spec") or {}
+    admission = (workload.get("status") or {}).get("admission") or {}
+    admitted = _true_since(workload, "Admitted")
+    if admitted is None and _true_since(workload, "Finished"):
+        return None
+    requests: dict[str, int] = {}
+    for podset in spec.get("podSets") or []:
+        count = int(podset.get("count", 1))
+        for resource, units in pod_gpu_resources(podset.get("template") or {}).items():
+            requests[resource] = requests.get(resource, 0) + units * count
+    namespace = meta.get("namespace", "")
+    return SeenWorkload(
+        namespace=namespace,
+        name=meta.get("name", ""),
+        cluster_queue=admission.get("clusterQueue") or queues.get((namespace, spec.get("queueName", "")), ""),
+        flavors=frozenset(
+            flavor
+            for podset in admission.get("podSetAssignments") or []
+            for flavor in (podset.get("flavors") or {}).values()
+        ),
+        requests=requests,
+        created_at=instant(meta.get("creationTimestamp")),
+        admitted_at=admitted,
+    )
+
+
 class KueueObjects:
     """One cluster's Kueue API, through the official client's CustomObjectsApi."""
 
@@ -119,6 +156,18 @@ class KueueObjects:
             if exc.status == 404:
                 return None
             raise
+
+    def workloads(self) -> list[SeenWorkload]:
+        """Every Workload of every namespace, with the ClusterQueue its LocalQueue points to."""
+        local_queues, _ = list_all(self.custom.list_cluster_custom_object, GROUP, VERSION, "localqueues")
+        queues = {
+            ((q.get("metadata") or {}).get("namespace", ""), (q.get("metadata") or {}).get("name", "")): (
+                q.get("spec") or {}
+            ).get("clusterQueue", "")
+            for q in local_queues
+        }
+        workloads, _ = list_all(self.custom.list_cluster_custom_object, GROUP, VERSION, "workloads")
+        return [seen for seen in (seen_workload(w, queues) for w in workloads) if seen is not None]
 
     def ensure_flavor(self, name: str, node_labels: dict[str, str]) -> str:
         """Create the flavor, or set its nodeLabels; "created", "updated" or "" (already so)."""

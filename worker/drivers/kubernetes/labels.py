@@ -1,5 +1,7 @@
 """Label keys and small readers of Node objects (raw JSON dicts), shared by the driver and the inventory sync."""
 
+from datetime import datetime
+
 MIG_CONFIG = "nvidia.com/mig.config"
 MIG_STATE = "nvidia.com/mig.config.state"
 PLUGIN_CONFIG = "nvidia.com/device-plugin.config"
@@ -15,6 +17,14 @@ TERMINAL_POD_PHASES = ("Succeeded", "Failed")
 def is_gpu_resource(name: str) -> bool:
     """Extended resources of NVIDIA's device plugin: nvidia.com/gpu(.shared) and nvidia.com/mig-* (§3.5)."""
     return name.startswith(("nvidia.com/gpu", "nvidia.com/mig-"))
+
+
+def instant(text: str | None) -> datetime | None:
+    """A Kubernetes timestamp (RFC 3339, "2025-03-01T08:00:00Z"); None when absent or unreadable."""
+    try:
+        return datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
 
 
 def quantity(value) -> int:
