@@ -35,10 +35,16 @@ class WeekChart:
     days: tuple[tuple[float, str], ...]  # x, label
     peak_demand: float
     peak_capacity: float
+    utilization_pct: float | None = None  # DCGM's week mean, percent (None: no reading)
+    memory_used_pct: float | None = None
 
 
-def week_charts(week: dict[datetime, dict[str, dict]], start: datetime) -> list[WeekChart]:
-    """One chart per resource: capacity (steps), demand (held + waiting) and held, over the 7 days from `start`."""
+def week_charts(
+    week: dict[datetime, dict[str, dict]], start: datetime, utilisation: dict[str, tuple] | None = None
+) -> list[WeekChart]:
+    """One chart per resource: capacity (steps), demand (held + waiting) and held, over the 7 days from `start`, with
+    DCGM's week mean utilisation and memory in use per resource (`utilisation`: resource -> (util, memory))."""
+    utilisation = utilisation or {}
     span = timedelta(days=7).total_seconds()
     plot_w, plot_h = WIDTH - LEFT - 8, HEIGHT - BOTTOM - TOP
     series: dict[str, list[tuple[datetime, float, float, float]]] = defaultdict(list)
@@ -72,6 +78,8 @@ def week_charts(week: dict[datetime, dict[str, dict]], start: datetime) -> list[
                 days=days,
                 peak_demand=max(d for _, _, d, _ in points),
                 peak_capacity=max(c for _, c, _, _ in points),
+                utilization_pct=utilisation.get(resource, (None, None))[0],
+                memory_used_pct=utilisation.get(resource, (None, None))[1],
             )
         )
     return charts

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
 from django.conf import settings
-from django.db.models import F, FloatField, Sum
+from django.db.models import Avg, F, FloatField, Sum
 from django.db.models.functions import TruncDate
 
 from capacity import whatif
@@ -51,6 +51,18 @@ def week_demand(pool: NodePool, end: datetime) -> dict[datetime, dict[str, dict]
             for name, value in zip(WEEK_FIELDS, values, strict=True):
                 found[name] += value
     return dict(sorted(week.items()))
+
+
+def week_utilisation(pool: NodePool, end: datetime) -> dict[str, tuple[float | None, float | None]]:
+    """Per resource, DCGM's mean utilisation and memory in use (percent) over the pool's samples of the week before
+    `end` (samples without a reading left out; None: no reading all week)."""
+    rows = (
+        DemandSample.objects.filter(pool=pool, at__gte=end - WEEK, at__lt=end, source=DemandSource.PODS)
+        .values("resource")
+        .annotate(util=Avg("utilization_pct"), memory=Avg("memory_used_pct"))
+        .order_by()
+    )
+    return {row["resource"]: (row["util"], row["memory"]) for row in rows}
 
 
 def _demand(row: dict) -> whatif.Demand:

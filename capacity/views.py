@@ -59,7 +59,7 @@ def pool_capacity(request, pk):
         "pool": pool,
         "form": form,
         "window": window,
-        "charts": charts.week_charts(week, end - selectors.WEEK),
+        "charts": charts.week_charts(week, end - selectors.WEEK, selectors.week_utilisation(pool, end)),
         "recommendation": recommendation,
         "alternatives": sorted(
             recommendation.outcomes, key=lambda o: (-o.started_within_5min, o.idle_pct, o.candidate.nodes)

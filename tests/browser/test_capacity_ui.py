@@ -35,6 +35,7 @@ def test_capacity_page_charts_the_week_and_drafts_the_recommended_profile(page, 
     for resource in ("nvidia.com/gpu", "nvidia.com/mig-3g.20gb"):
         chart = page.locator(f'figure[data-resource="{resource}"] svg')
         expect(chart).to_be_visible()
+        expect(page.locator(f'figure[data-resource="{resource}"] figcaption')).to_contain_text("DCGM, week mean: ")
         for series in ("capacity", "demand", "used"):
             line = chart.locator(f'polyline[data-series="{series}"]')
             assert len(line.get_attribute("points").split()) > 100  # hourly points over the week

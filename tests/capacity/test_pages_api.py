@@ -9,6 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from capacity import selectors
+from capacity.models import DemandSample, DemandSource
 from sharing.models import SharingProfile
 from tests.capacity.recorded import A100, recorded_pool
 
@@ -35,6 +36,23 @@ def test_the_capacity_page_draws_each_resource_and_says_the_recommendation(clien
     refused = client.get(reverse("capacity:pool_capacity", args=[pool.pk]), {"start": "08:00", "end": "20:00",
                                                                              "time_zone": "Mars/Olympus"})  # fmt: skip
     assert "is no IANA time zone" in refused.content.decode()
+
+
+def test_each_chart_says_the_weeks_dcgm_utilisation_and_memory(client, viewer):
+    pool = recorded_pool(timezone.now())
+    samples = DemandSample.objects.filter(pool=pool, source=DemandSource.PODS)
+    samples.update(utilization_pct=None, memory_used_pct=None)
+    first, second = samples.filter(resource="nvidia.com/gpu").order_by("-at")[:2]
+    DemandSample.objects.filter(pk=first.pk).update(utilization_pct=30.0, memory_used_pct=50.0)
+    DemandSample.objects.filter(pk=second.pk).update(utilization_pct=50.0)  # no memory reading: left out of its mean
+    client.force_login(viewer)
+    page = client.get(reverse("capacity:pool_capacity", args=[pool.pk])).content.decode()
+    whole, mig = (
+        page.split('data-resource="nvidia.com/gpu"')[1],
+        page.split('data-resource="nvidia.com/mig-3g.20gb"')[1],
+    )
+    assert "DCGM, week mean: utilisation 40 %, memory in use 50 %</span>" in whole.split("</figcaption>")[0]
+    assert "DCGM, week mean: no reading</span>" in mig.split("</figcaption>")[0]
 
 
 def test_an_admin_turns_the_recommendation_into_a_draft_profile_previewed_on_its_nodes(client, admin_user):
