@@ -264,6 +264,18 @@ def _unpinned_node_counts(pool_ids) -> dict[int, int]:
     )
 
 
+def _loaded(schedules, window_field: str, schedule_field: str) -> dict:
+    """The profiles (or policies) the schedules' windows and baselines already hold, by id: a caller that selected
+    them (the schedule page) saves their reads."""
+    owners = [(w, window_field) for s in schedules for w in s.windows.all()] + [(s, schedule_field) for s in schedules]
+    loaded = {}
+    for owner, name in owners:
+        field = owner._meta.get_field(name)
+        if field.is_cached(owner) and getattr(owner, name) is not None:
+            loaded[getattr(owner, field.attname)] = getattr(owner, name)
+    return loaded
+
+
 def _transitions(schedules, start, end, node_counts=None, defaults=None) -> list[ScheduledTransition]:
     schedules = list(schedules)
     if defaults is None:
@@ -278,8 +290,10 @@ def _transitions(schedules, start, end, node_counts=None, defaults=None) -> list
     qos_ids = {w.qos_policy_id for s in schedules for w in s.windows.all()} | {
         s.baseline_qos_policy_id for s in schedules
     }
-    profiles = SharingProfile.objects.in_bulk(profile_ids - {None})
-    policies = QoSPolicy.objects.in_bulk(qos_ids - {None})
+    profiles = _loaded(schedules, "profile", "baseline_profile")
+    profiles.update(SharingProfile.objects.in_bulk(profile_ids - {None} - profiles.keys()))
+    policies = _loaded(schedules, "qos_policy", "baseline_qos_policy")
+    policies.update(QoSPolicy.objects.in_bulk(qos_ids - {None} - policies.keys()))
     result = []
     for schedule in schedules:
         default = defaults.get(schedule.pool_id)

@@ -1,10 +1,15 @@
-"""The week timeline's grid and day rows as a tag: ~25 hour lines and a rect, label and title per segment were most
-of the schedule page through the template engine (see core's `ui` tags, bench B5)."""
+"""The week timeline's grid and day rows, and the upcoming changes' rows, as tags: ~25 hour lines and a rect, label
+and title per segment were most of the schedule page through the template engine, its changes' rows a tenth (see
+core's `ui` tags, bench B5)."""
 
 from django import template
+from django.template.loader import render_to_string
+from django.templatetags.tz import do_timezone
+from django.utils.formats import date_format
 from django.utils.safestring import mark_safe
+from django.utils.timezone import template_localtime
 
-from core.templatetags.ui import esc
+from core.templatetags.ui import esc, relative
 
 register = template.Library()
 
@@ -50,5 +55,39 @@ def timeline_grid(timeline: dict):
             f'<g class="tl-row{" tl-row--today" if row["today"] else ""}" data-day="{row["day"].isoformat()}">'
             f'<text class="tl-day" x="8" y="{row["text_y"]}">{esc(row["day_label"])}{mark}</text>'
             f"{''.join(_segment(row, s, row_height) for s in row['segments'])}</g>"
+        )
+    return mark_safe("".join(parts))
+
+
+def _profile_cell(profile, urls: dict) -> str:
+    if profile is None:
+        return '<span class="faint">no profile</span>'
+    if profile.pk not in urls:
+        urls[profile.pk] = esc(profile.get_absolute_url())
+    return f'<a href="{urls[profile.pk]}"><strong>{esc(profile.name)}</strong></a>'
+
+
+@register.simple_tag
+def transition_rows(rows, schedule_zone: str, viewer_zone: str, following, kueue):
+    """The schedule page's changes of the next days as table rows, from (transition, Kueue quota) pairs: the time in
+    the viewer's zone and, when it differs, in the schedule's, from → to profile, nodes and (with a Kueue binding)
+    the quota change."""
+    urls: dict = {}
+    parts = []
+    for t, quota in rows:
+        local_cell = ""
+        if schedule_zone != viewer_zone:
+            local_cell = f'<td class="nowrap">{date_format(do_timezone(t.local, schedule_zone), "D H:i")}</td>'
+        source = esc(t.from_profile.name) if t.from_profile else '<span class="faint">no profile</span>'
+        quota_cell = (
+            f'<td class="small">{render_to_string("scheduling/_kueue_quota.html", {"quota": quota})}</td>'
+            if kueue
+            else ""
+        )
+        parts.append(
+            f'<tr><td class="nowrap">{date_format(template_localtime(t.at), "D j M H:i")}'
+            f'<span class="sub">{relative(t.at)}</span></td>{local_cell}'
+            f"<td>{source} → {_profile_cell(t.to_profile, urls)}</td>"
+            f'<td class="num">{esc(following)}</td>{quota_cell}</tr>'
         )
     return mark_safe("".join(parts))
