@@ -14,8 +14,9 @@ from django.utils import timezone
 
 from core.audit import Actor, audit_record
 from core.exceptions import ApplicationError
+from fleet.choices import ClusterMigStrategy
 from fleet.labels import parse_selector
-from fleet.models import NodePool
+from fleet.models import Gpu, NodePool
 from scheduling import quota
 from scheduling.models import KueueBinding, Schedule
 from scheduling.selectors import ScheduledTransition, desired_states, gpu_shapes, schedule_transitions
@@ -116,6 +117,15 @@ class QuotaPlan:
         ]
 
 
+def _single_strategy(pool: NodePool) -> bool:
+    return pool.cluster.mig_strategy == ClusterMigStrategy.SINGLE
+
+
+def _products(pool: NodePool) -> list[str]:
+    """The GPU products of the pool's live nodes."""
+    return sorted(set(Gpu.objects.live().filter(node__in=pool.nodes.live()).values_list("product", flat=True)))
+
+
 def quota_plan(binding: KueueBinding, *, at=None) -> QuotaPlan:
     """The pool's flavors and what decides their quota at `at`: the layout in force, and the next transition when
     it is within the binding's lead time."""
@@ -131,7 +141,10 @@ def quota_plan(binding: KueueBinding, *, at=None) -> QuotaPlan:
     return QuotaPlan(
         pool=pool.name,
         resources=quota.covered(nodes, schedule_specs(pool)),
-        labels={name: quota.flavor_labels(base, product) for name, product in products.items()},
+        labels={
+            name: quota.flavor_labels(base, product, single_strategy=_single_strategy(pool))
+            for name, product in products.items()
+        },
         products=products,
         transition=upcoming,
         nodes=nodes,
@@ -182,6 +195,11 @@ def kueue_binding_set(
         errors["cluster_queues"] = [f"Not a ClusterQueue name: {name!r}." for name in bad] or ["Name at least one."]
     if pool.cluster.driver != "kubernetes":
         errors["pool"] = ["Kueue runs in Kubernetes clusters; this pool's cluster uses node agents."]
+    elif _single_strategy(pool) and len(products := _products(pool)) > 1:
+        errors["pool"] = [
+            "Under the single MIG strategy GFD's nvidia.com/gpu.product label names the MIG profile, so a flavor "
+            f"cannot tell this pool's GPU products ({', '.join(products)}) apart: make a pool per product."
+        ]
     if errors:
         raise ApplicationError("The Kueue binding is not valid.", errors=errors)
     binding, created = KueueBinding.objects.select_for_update().get_or_create(pool=pool)

@@ -41,9 +41,11 @@ def flavor_name(pool: str, product: str) -> str:
     return name
 
 
-def flavor_labels(pool_labels: Mapping[str, str], product: str) -> dict[str, str]:
-    """A flavor's nodeLabels: the labels every node of the pool carries, and the GPU product."""
-    return {**pool_labels, PRODUCT_LABEL: product}
+def flavor_labels(pool_labels: Mapping[str, str], product: str, *, single_strategy: bool = False) -> dict[str, str]:
+    """A flavor's nodeLabels: the labels every node of the pool carries, and the GPU product. Under the `single` MIG
+    strategy GFD writes `<product>-MIG-<profile>` into the product label, which changes with each layout, so the
+    flavor keeps the pool's labels only (kueue_binding_set refuses such a pool with several products)."""
+    return dict(pool_labels) if single_strategy else {**pool_labels, PRODUCT_LABEL: product}
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,12 @@ import time_machine
 from django.urls import reverse
 
 from core.audit import Actor
+from core.exceptions import ApplicationError
 from core.models import AuditEvent
+from fleet.models import Gpu
+from scheduling import quota
 from scheduling import services as scheduling_services
-from scheduling.kueue import kueue_binding_set
+from scheduling.kueue import kueue_binding_set, quota_plan
 from scheduling.models import KueueBinding
 from sharing import services as sharing_services
 from tests.factories import ClusterFactory, GpuFactory, NodeFactory, NodePoolFactory
@@ -266,3 +269,16 @@ def test_the_week_timeline_marks_each_change_of_quota(client, viewer, pool, bind
     assert f"Wed 20:00 · Kueue quota: {FLAVOR}: {GPU} 0 → 4, {MIG} 28 → 0</title>" in html
     assert f"<li><strong>Thu 08:00</strong> Kueue quota: {FLAVOR}: {GPU} 4 → 0, {MIG} 0 → 28</li>" in html
     assert "a change of Kueue quota (hover for before → after)" in html
+
+
+def test_a_single_strategy_pool_with_two_products_is_refused_a_binding(pool):
+    pool.cluster.mig_strategy = "single"
+    pool.cluster.save(update_fields=["mig_strategy"])
+    GpuFactory(node=pool.nodes.first(), index=2, product="NVIDIA-A100-SXM4-80GB")
+    with pytest.raises(ApplicationError) as refused:
+        kueue_binding_set(actor=Actor.system("test"), pool=pool, cluster_queues=["gpu"])
+    assert "make a pool per product" in refused.value.errors["pool"][0]
+    Gpu.objects.filter(product="NVIDIA-A100-SXM4-80GB").delete()
+    binding = kueue_binding_set(actor=Actor.system("test"), pool=pool, cluster_queues=["gpu"])
+    plan = quota_plan(binding)
+    assert all(quota.PRODUCT_LABEL not in labels for labels in plan.labels.values())

@@ -42,3 +42,10 @@ def test_covered_resources_and_transition_changes():
         quota.QuotaChange("tessera-p-nvidia-h100-80gb-hbm3", GPU, 8, 0),
         quota.QuotaChange("tessera-p-nvidia-h100-80gb-hbm3", MIG, 0, 56),
     ]
+
+
+def test_under_the_single_strategy_a_flavor_does_not_name_the_product():
+    """GFD writes `<product>-MIG-<profile>` into nvidia.com/gpu.product under `single`: a flavor naming the product
+    would match no node once the layout is MIG."""
+    labels = quota.flavor_labels({"tessera.io/pool": "a"}, H100, single_strategy=True)
+    assert labels == {"tessera.io/pool": "a"}
