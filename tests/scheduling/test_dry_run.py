@@ -6,12 +6,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from core.audit import Actor
 from core.models import AuditEvent
 from fleet.models import Pod
 from scheduling import services
 from scheduling.models import Schedule
-from sharing import services as sharing_services
 from tests.factories import ClusterFactory, GpuFactory, NodeFactory, NodePoolFactory
 from worker.models import Rollout
 from worker.reconcile import reconcile
@@ -20,20 +18,6 @@ pytestmark = pytest.mark.django_db
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 EVERY_DAY = [0, 1, 2, 3, 4, 5, 6]
-
-
-@pytest.fixture
-def actor(admin_user):
-    return Actor.for_user(admin_user)
-
-
-@pytest.fixture
-def profiles(actor):
-    mig = sharing_services.profile_create(
-        actor=actor, name="mig-7", mode="mig", target_products=[H100], mig_layouts={"all": {"1g.10gb": 7}}
-    )
-    whole = sharing_services.profile_create(actor=actor, name="whole", mode="passthrough", target_products=[H100])
-    return mig, whole
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from datetime import UTC, datetime, time
 import pytest
 from django.urls import reverse
 
-from core.audit import Actor
 from fleet.models import Cluster
 from scheduling import services
 from scheduling.kueue import kueue_binding_set
@@ -21,20 +20,6 @@ pytestmark = pytest.mark.django_db
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-@pytest.fixture
-def actor(admin_user):
-    return Actor.for_user(admin_user)
-
-
-@pytest.fixture
-def profiles(actor):
-    mig = sharing_services.profile_create(
-        actor=actor, name="mig-7", mode="mig", target_products=[H100], mig_layouts={"all": {"1g.10gb": 7}}
-    )
-    whole = sharing_services.profile_create(actor=actor, name="whole", mode="passthrough", target_products=[H100])
-    return mig, whole
 
 
 @pytest.fixture
