@@ -148,6 +148,12 @@ def test_two_of_everything_survive_kills_and_change_every_node_once(sim, core, s
             return rollout if rollout["status"] != "running" else None
 
         rollout = wait_until(finished, timeout=300, interval=1, message="the rollout to finish")
+
+        def ten_ticks() -> bool:
+            """Enough periods to show the beats sharing them out (a fast rollout may finish within fewer)."""
+            return PeriodicRun.objects.filter(name="reconcile-tick").count() >= 10
+
+        wait_until(ten_ticks, timeout=20 * TICK_SECONDS, message="ten reconcile-tick periods")
     assert rollout["status"] == "succeeded", rollout
 
     changes = list(NodeChange.objects.filter(rollout_id=rollout_id).select_related("node"))
@@ -165,8 +171,6 @@ def test_two_of_everything_survive_kills_and_change_every_node_once(sim, core, s
         labels = core.read_node(change.node.name).metadata.labels
         assert (labels[MIG_CONFIG], labels["nvidia.com/mig.config.state"]) == (change.applied_mig_config, "success")
 
-    # Enough periods to show the beats sharing them out (a fast rollout may finish within fewer).
-    wait_until(lambda: PeriodicRun.objects.filter(name="reconcile-tick").count() >= 10, timeout=20 * TICK_SECONDS)
     ticks = list(PeriodicRun.objects.filter(name="reconcile-tick").order_by("period_start"))
     periods = [run.period_start for run in ticks]
     assert all(b - a == timedelta(seconds=TICK_SECONDS) for a, b in zip(periods, periods[1:], strict=False)), periods
