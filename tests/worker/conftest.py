@@ -10,13 +10,12 @@ from tests.factories import ClusterFactory, NodePoolFactory
 from tests.worker.test_engine import H100, _observation
 
 
-@pytest.fixture
-def fleet(admin_user):
-    """An agent cluster with a pool of 5 nodes running passthrough, and a MIG profile assigned to the pool."""
+def mig_pool(admin_user, nodes: int):
+    """An agent cluster with a pool of `nodes` nodes running passthrough, and a MIG profile assigned to the pool."""
     cluster = ClusterFactory(driver="agent", kubeconfig_path="")
     pool = NodePoolFactory(cluster=cluster)
     fleet_services.inventory_record(
-        cluster=cluster, nodes=[_observation(f"n{i}", mig_config="all-disabled", dp="whole") for i in range(5)]
+        cluster=cluster, nodes=[_observation(f"n{i}", mig_config="all-disabled", dp="whole") for i in range(nodes)]
     )
     Node.objects.update(pool=pool)
     actor = Actor.for_user(admin_user)
@@ -25,3 +24,9 @@ def fleet(admin_user):
     )
     sharing_services.pool_set_profile(actor=actor, pool=pool, profile=profile)
     return cluster, pool, profile
+
+
+@pytest.fixture
+def fleet(admin_user):
+    """Five such nodes."""
+    return mig_pool(admin_user, 5)

@@ -4,11 +4,9 @@ import pytest
 
 from core.audit import Actor
 from core.models import AuditEvent
-from fleet import services as fleet_services
-from fleet.models import Node
 from sharing import services as sharing_services
-from tests.factories import ClusterFactory, NodePoolFactory
-from tests.worker.test_engine import H100, _fail_canary, _observation
+from tests.worker.conftest import mig_pool
+from tests.worker.test_engine import H100, _fail_canary
 from worker import reconcile, rollouts, services
 from worker.models import NodeChange, Rollout
 
@@ -17,18 +15,8 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def pool(admin_user):
-    cluster = ClusterFactory(driver="agent", kubeconfig_path="")
-    pool = NodePoolFactory(cluster=cluster)
-    fleet_services.inventory_record(
-        cluster=cluster, nodes=[_observation(f"n{i}", mig_config="all-disabled", dp="whole") for i in range(4)]
-    )
-    Node.objects.update(pool=pool)
-    actor = Actor.for_user(admin_user)
-    profile = sharing_services.profile_create(
-        actor=actor, name="mig-7", mode="mig", target_products=[H100], mig_layouts={"all": {"1g.10gb": 7}}
-    )
-    sharing_services.pool_set_profile(actor=actor, pool=pool, profile=profile)
-    return pool
+    """Four agent nodes with a MIG profile assigned to their pool (tests/worker/conftest.py)."""
+    return mig_pool(admin_user, 4)[1]
 
 
 def test_operator_starts_follows_and_steers_a_rollout(pool, operator_api, viewer_api, django_assert_max_num_queries):
