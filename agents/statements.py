@@ -143,39 +143,77 @@ def metrics_sql(vendor: str) -> str:
 
 _METRIC_COLUMNS = ("utilization_pct", "memory_used_mib", "temperature_c", "power_w", "processes", "metrics_at")
 _ECC_COLUMNS = ("ecc_sbe_total", "ecc_dbe_total")
+_SEEN_COLUMNS = ("last_seen_at", "agent_last_seen_at", "agent_version")
 
 
 @functools.cache
 def _seen_sql(vendor: str) -> str:
-    names = ("last_seen_at", "agent_last_seen_at", "agent_version")
     seen = _q("agent_last_seen_at")
     return (
-        f"UPDATE {_q(Node._meta.db_table)} SET {', '.join(f'{_q(n)} = %s' for n in names)} "
+        f"UPDATE {_q(Node._meta.db_table)} SET {', '.join(f'{_q(n)} = %s' for n in _SEEN_COLUMNS)} "
         f"WHERE {_q('id')} = %s AND ({seen} IS NULL OR {seen} <= %s)"
     )
 
 
-def write_reports(reports: list[tuple[list, list]]) -> None:
-    """Reports' metric rows and last-seen rows in one transaction. Node rows, then GPU rows, in node id order: the
-    order the inventory path (inventory_record) locks them in, so the two cannot deadlock on PostgreSQL.
+@functools.cache
+def _batched_sql(model, sets: tuple[str, ...], match: tuple[str, ...], keep: tuple[str, ...], guard: str) -> str:
+    """PostgreSQL: one UPDATE of many rows from arrays, one per parameter column (`sets`, then `match`, then the
+    guard's value), sent in binary (text arrays are quoted element by element in Python). `keep`: columns a null
+    leaves as they are. The rows are locked first in primary-key order, the order the inventory path locks them in;
+    none moves back in time (`guard`)."""
+    meta = model._meta
+    fields = [meta.get_field(name) for name in (*sets, *match, guard)]
+    table, pk, guarded = _q(meta.db_table), _q(meta.pk.column), _q(fields[-1].column)
+    arrays = ", ".join(f"%b::{field.db_type(connection)}[]" for field in fields)
+    names = [f"v{i}" for i in range(len(fields))]
+    assigned = [
+        f"{c} = COALESCE(locked.{v}, t.{c})" if field.name in keep else f"{c} = locked.{v}"
+        for field, v in zip(fields[: len(sets)], names, strict=False)
+        for c in [_q(field.column)]
+    ]
+    on = " AND ".join(
+        f"t.{_q(field.column)} = v.{v}" for field, v in zip(fields, names, strict=True) if field.name in match
+    )
+    return (
+        f"WITH v AS (SELECT * FROM unnest({arrays}) AS v({', '.join(names)})), "
+        f"locked AS MATERIALIZED (SELECT t.{pk} AS _pk, v.* FROM {table} t JOIN v ON {on} "
+        f"ORDER BY t.{pk} FOR UPDATE OF t) "
+        f"UPDATE {table} t SET {', '.join(assigned)} FROM locked "
+        f"WHERE t.{pk} = locked._pk AND (t.{guarded} IS NULL OR t.{guarded} <= locked.{names[-1]})"
+    )
 
-    On PostgreSQL both go through a server-binding cursor (each `executemany` is one prepared statement run over
-    its rows in a pipeline), and the transaction commits without waiting for its WAL to reach the disk
-    (`synchronous_commit` off for it alone): these rows are soft state (metrics, last-seen, agent version) that a
-    crash may lose anyway — the buffer holds them up to an interval — and an asynchronous commit can lose only the
-    last moments of such rows on a server crash, never leave the database inconsistent (PostgreSQL's documentation,
-    "Asynchronous Commit")."""
+
+def _columns(rows: list) -> list[list]:
+    """Rows of parameters as one list per column: the arrays `_batched_sql` takes."""
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
+def write_reports(reports: list[tuple[list, list]]) -> None:
+    """Reports' metric rows and last-seen rows in one transaction. Node rows, then GPU rows, each locked in primary
+    key order: the order the inventory path (inventory_record) locks them in, so the two cannot deadlock.
+
+    On PostgreSQL each table is one statement over arrays of the rows' values (two statements a flush instead of one
+    per GPU: the per-row statements cost ~145 µs of client CPU a report, bench/README.md B2), and the transaction
+    commits without waiting for its WAL to reach the disk (`synchronous_commit` off for it alone): these rows are
+    soft state (metrics, last-seen, agent version) that a crash may lose anyway — the buffer holds them up to an
+    interval — and an asynchronous commit can lose only the last moments of such rows on a server crash, never
+    leave the database inconsistent (PostgreSQL's documentation, "Asynchronous Commit")."""
     db = connections[DEFAULT_DB_ALIAS]
+    seen = [row for _, row in reports]
+    metrics = [row for rows, _ in reports for row in rows]
     with transaction.atomic():
-        if db.vendor == "postgresql":
-            db.ensure_connection()
-            cursor = db._prepare_cursor(psycopg.Cursor(db.connection))  # Django's wrapper: queries stay countable
+        if db.vendor != "postgresql":
+            with db.cursor() as cursor:
+                cursor.executemany(_seen_sql(db.vendor), seen)
+                cursor.executemany(metrics_sql(db.vendor), metrics)
+            return
+        db.ensure_connection()
+        with db._prepare_cursor(psycopg.Cursor(db.connection)) as cursor:  # Django's wrapper: queries stay countable
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
-        else:
-            cursor = db.cursor()
-        with cursor:
-            cursor.executemany(_seen_sql(db.vendor), [seen for _, seen in reports])
-            cursor.executemany(metrics_sql(db.vendor), [row for rows, _ in reports for row in rows])
+            cursor.execute(_batched_sql(Node, _SEEN_COLUMNS, ("id",), (), "agent_last_seen_at"), _columns(seen))
+            if metrics:
+                sql = _batched_sql(Gpu, _METRIC_COLUMNS + _ECC_COLUMNS, ("node", "uuid"), _ECC_COLUMNS, "metrics_at")
+                cursor.execute(sql, _columns(metrics))
 
 
 def metric_rows(db, node: Node, gpus: Sequence[GpuMetrics | GpuReport], metrics_at) -> list[tuple]:

@@ -2,6 +2,7 @@
 and the calls an agent makes (against the real API through DRF's test client)."""
 
 import pytest
+from django.db import connection
 from rest_framework.test import APIClient
 
 from agent import protocol
@@ -16,9 +17,19 @@ from tests.factories import ClusterFactory
 
 def written(queries) -> list[str]:
     """The statements of captured queries up to their SET clause, without the test's savepoints and the flush's
-    `SET LOCAL synchronous_commit` (PostgreSQL): the writes."""
+    `SET LOCAL synchronous_commit` (PostgreSQL): the writes. A batched UPDATE (`WITH v AS (… unnest …) UPDATE`,
+    PostgreSQL) shows as its UPDATE."""
     skip = ("SAVEPOINT", "RELEASE SAVEPOINT", "SET LOCAL")
-    return [q["sql"].split(" SET ")[0] for q in queries if not q["sql"].startswith(skip)]
+    heads = [q["sql"].split(" SET ")[0] for q in queries if not q["sql"].startswith(skip)]
+    return [head[head.rfind("UPDATE ") :] if head.startswith("WITH ") else head for head in heads]
+
+
+def fast_path_writes(gpus: int) -> list[str]:
+    """What `written` shows for the usual report: the node's last-seen and its GPUs' metrics, row by row (one
+    executemany each) or, on PostgreSQL, one statement per table over arrays of the rows."""
+    if connection.vendor == "postgresql":
+        return ['UPDATE "fleet_node" t', 'UPDATE "fleet_gpu" t']
+    return ['1 times: UPDATE "fleet_node"', f'{gpus} times: UPDATE "fleet_gpu"']
 
 
 def clear_throttle_counts():

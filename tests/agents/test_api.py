@@ -43,7 +43,14 @@ from fleet.models import AgentCredential, AgentJoinToken, Gpu, GpuEvent, MigDevi
 from fleet.selectors import gpu_events
 from sharing import services as sharing_services
 from sharing.render import DevicePluginSpec
-from tests.agents.conftest import agent_client, clear_throttle_counts, register, report_of, written
+from tests.agents.conftest import (
+    agent_client,
+    clear_throttle_counts,
+    fast_path_writes,
+    register,
+    report_of,
+    written,
+)
 from tests.factories import ClusterFactory, NodeFactory, NodePoolFactory
 from worker import reconcile
 from worker import services as worker_services
@@ -231,9 +238,9 @@ def test_the_same_report_twice_changes_no_rows_and_costs_two_writes(node_a):
         assert client.post(REPORT, plain.to_dict(), format="json").status_code == 200
     assert _rows(node) == before
     # Two reads (credential with node, serving change) go through the DB-API cursor, unseen here; then only the
-    # node's last-seen and the metrics of the GPUs (one executemany).
+    # node's last-seen and the metrics of the GPUs (one executemany; on PostgreSQL one statement over arrays).
     statements = written(queries)
-    assert statements == ['1 times: UPDATE "fleet_node"', '2 times: UPDATE "fleet_gpu"'], statements
+    assert statements == fast_path_writes(gpus=2), statements
 
 
 def _vouched(report: Report) -> Report:
@@ -335,6 +342,28 @@ def test_unchanged_reports_are_written_by_the_next_flush_when_buffered(node_a, s
     report_buffer.add(node.pk, [], [at, at, "0.0.9", node.pk, at])
     report_buffer.flush()
     assert Node.objects.get(pk=node.pk).agent_last_seen_at == later
+
+
+def test_a_flush_never_moves_metrics_back_and_keeps_counters_it_could_not_read(node_a):
+    """The flush's guards, row by row (SQLite) or over arrays (PostgreSQL): an older buffered row loses to a newer
+    one, and an ECC counter NVML could not read (null) keeps its last value."""
+    backend, node, client = node_a
+    client.post(REPORT, report_of(backend).to_dict(), format="json")
+    gpu = Gpu.objects.get(node=node, index=0)
+    no_processes = connection.ops.adapt_json_value([], None)
+
+    def flush(utilization, sbe, dbe, at):
+        at = connection.ops.adapt_datetimefield_value(at)
+        metrics = (utilization, 1024, 50.0, 300.0, no_processes, at, sbe, dbe, node.pk, gpu.uuid, at)
+        report_buffer.add(node.pk, [metrics], [at, at, "1.0.0", node.pk, at])
+        assert report_buffer.flush() == 1
+        gpu.refresh_from_db()
+        return gpu.utilization_pct, gpu.ecc_sbe_total, gpu.ecc_dbe_total
+
+    later = gpu.metrics_at + timedelta(seconds=30)
+    assert flush(11.0, 5, 2, later) == (11.0, 5, 2)
+    assert flush(12.0, None, None, later + timedelta(seconds=15)) == (12.0, 5, 2)
+    assert flush(99.0, 9, 9, later - timedelta(seconds=60)) == (12.0, 5, 2)
 
 
 def _mig(devices, name="layout"):
