@@ -45,6 +45,9 @@ class GpuHealth(models.TextChoices):
     UNKNOWN = "unknown", "Unknown"
 
 
+UNHEALTHY_STATES = (GpuHealth.DEGRADED, GpuHealth.UNHEALTHY)  # a GPU in need of attention
+
+
 class ConnectionState(models.TextChoices):
     """A cluster's connection as Tessera last saw it."""
 

@@ -11,13 +11,13 @@ from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.formats import date_format
 from django.utils.text import Truncator
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.audit import Actor
 from core.exceptions import ApplicationError
 from core.roles import Role
+from core.templatetags.ui import day_and_time
 from core.views import redirect_after_change, role_required
 from scheduling import selectors, services, windows
 from scheduling.forms import (
@@ -49,7 +49,10 @@ def _timeline(calendar: windows.Calendar, label: Callable, *, now=None, marks=()
         calendar, label, now=now or timezone.now(), viewer_zone=timezone.get_current_timezone_name(), marks=marks
     )
     for row in timeline["rows"]:
-        row["day_label"], row["weekday"] = date_format(row["day"], "D j M"), date_format(row["day"], "D")
+        row["day_label"], row["weekday"] = (
+            day_and_time(row["day"], clock=False),
+            day_and_time(row["day"], date=False, clock=False),
+        )
         for segment in row["segments"]:
             segment["short_label"] = Truncator(segment["label"]).chars(24)
     return timeline

@@ -5,11 +5,10 @@ core's `ui` tags, bench B5)."""
 from django import template
 from django.template.loader import render_to_string
 from django.templatetags.tz import do_timezone
-from django.utils.formats import date_format
 from django.utils.safestring import mark_safe
 from django.utils.timezone import template_localtime
 
-from core.templatetags.ui import esc, relative
+from core.templatetags.ui import day_and_time, esc, relative
 
 register = template.Library()
 
@@ -77,7 +76,7 @@ def transition_rows(rows, schedule_zone: str, viewer_zone: str, following, kueue
     for t, quota in rows:
         local_cell = ""
         if schedule_zone != viewer_zone:
-            local_cell = f'<td class="nowrap">{date_format(do_timezone(t.local, schedule_zone), "D H:i")}</td>'
+            local_cell = f'<td class="nowrap">{day_and_time(do_timezone(t.local, schedule_zone), date=False)}</td>'
         source = esc(t.from_profile.name) if t.from_profile else '<span class="faint">no profile</span>'
         quota_cell = (
             f'<td class="small">{render_to_string("scheduling/_kueue_quota.html", {"quota": quota})}</td>'
@@ -85,7 +84,7 @@ def transition_rows(rows, schedule_zone: str, viewer_zone: str, following, kueue
             else ""
         )
         parts.append(
-            f'<tr><td class="nowrap">{date_format(template_localtime(t.at), "D j M H:i")}'
+            f'<tr><td class="nowrap">{day_and_time(template_localtime(t.at))}'
             f'<span class="sub">{relative(t.at)}</span></td>{local_cell}'
             f"<td>{source} → {_profile_cell(t.to_profile, urls)}</td>"
             f'<td class="num">{esc(following)}</td>{quota_cell}</tr>'

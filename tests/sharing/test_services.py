@@ -14,7 +14,7 @@ from sharing import services
 from sharing.models import SharingProfile
 from sharing.render import MigDeviceSpec
 from sharing.selectors import preview_summary, preview_totals, profile_preview
-from sharing.spec import KeptConfigs, node_config
+from sharing.spec import KeptConfigs, allocatable, node_config
 from tests.factories import GpuFactory, MigDeviceFactory, NodeFactory, NodePoolFactory, PodFactory
 from worker import selectors
 
@@ -154,10 +154,23 @@ def test_preview_totals_equal_the_summary_of_the_per_node_preview(actor):
             MigDeviceFactory(gpu=gpu, profile=mig_profile, start=0)
         PodFactory(node=node, name=f"infer-{mig_profile}", gpu_resources={"nvidia.com/mig-1g.10gb": 1})
     whole = services.profile_create(actor=actor, name="whole", mode="passthrough", target_products=[H100])
-    for profile in (whole, _mig_profile(actor), _mig_profile(actor, name="big", layout={"3g.40gb": 2})):
+    big = _mig_profile(actor, name="big", layout={"3g.40gb": 2})
+    # A node without pods already running "big" (its MIG devices are what "big" makes: no change), and one whose
+    # GPU has MIG off but still lists a device from before (which no impact reads).
+    spec, gpus = big.to_spec(), [(0, H100), (1, H100)]
+    config = node_config(spec, gpus)
+    node = _node_with_gpus(
+        pool, mig=True, allocatable=allocatable(spec, gpus), observed_device_plugin_config=config.device_plugin_key
+    )
+    for gpu in node.gpus.all():
+        MigDeviceFactory(gpu=gpu, profile="3g.40gb", start=0)
+        MigDeviceFactory(gpu=gpu, profile="3g.40gb", start=4)
+    MigDeviceFactory(gpu=_node_with_gpus(pool, count=1).gpus.get(), profile="1g.10gb", start=0)
+    for profile in (whole, _mig_profile(actor), big):
         totals = preview_totals(profile, pool.nodes.all())
         assert totals == preview_summary(profile_preview(profile, pool.nodes.all()))
-    assert totals["nodes"] == 8 and totals["refused"] == 1 and totals["pods_losing"] >= 1
+    assert totals["nodes"] == 10 and totals["refused"] == 1 and totals["pods_losing"] >= 1
+    assert totals["changing"] == 8  # all but the refused node and the one running "big" already
 
 
 def test_assignment_and_pin_of_a_deleted_pool_or_node_is_a_clear_conflict(actor):
