@@ -338,15 +338,22 @@ class Sql:
     def profile(self, pk: int):
         return [
             self.rows(
-                """SELECT sp.*, p.id, p.name, c.name FROM sharing_sharingprofile sp
+                """SELECT sp.*, u.username, p.id, p.name, c.name, sh.updated_at FROM sharing_sharingprofile sp
+                   LEFT JOIN auth_user u ON u.id = sp.created_by_id
                    LEFT JOIN sharing_poolsharing sh ON sh.profile_id = sp.id
                    LEFT JOIN fleet_nodepool p ON p.id = sh.pool_id LEFT JOIN fleet_cluster c ON c.id = p.cluster_id
                    WHERE sp.id = %s""",
                 [pk],
             ),
+            # The page's "On each cluster": every cluster whose ClusterPolicy was read, with its MIG strategy.
             self.rows(
-                """SELECT n.id, n.name, pin.reason, pin.created_at FROM sharing_nodepin pin
-                   JOIN fleet_node n ON n.id = pin.node_id WHERE pin.profile_id = %s ORDER BY n.name""",
+                """SELECT id, name, mig_strategy, device_plugin_version FROM fleet_cluster
+                   WHERE cluster_policy_read_at IS NOT NULL ORDER BY name"""
+            ),
+            self.rows(
+                """SELECT n.id, n.name, pin.reason, pin.created_at, u.username FROM sharing_nodepin pin
+                   JOIN fleet_node n ON n.id = pin.node_id LEFT JOIN auth_user u ON u.id = pin.pinned_by_id
+                   WHERE pin.profile_id = %s ORDER BY n.name""",
                 [pk],
             ),
             self.rows(

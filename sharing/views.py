@@ -87,8 +87,15 @@ def profile_detail(request, pk):
         "layout_rows": layout_lines(profile.mig_layouts),
         "drawings": layout_drawings(profile.to_spec()),
         "clusters": profile_on_clusters(profile.to_spec()),
-        "pools": PoolSharing.objects.filter(profile=profile).select_related("pool__cluster").order_by("pool__name"),
-        "pins": NodePin.objects.filter(profile=profile).select_related("node", "pinned_by").order_by("node__name"),
+        # Only the columns the lists show: a pin's node and a pool carry dozens (bench/b5_pages.py).
+        "pools": PoolSharing.objects.filter(profile=profile)
+        .select_related("pool__cluster")
+        .only("pool", "updated_at", "pool__name", "pool__cluster__name")
+        .order_by("pool__name"),
+        "pins": NodePin.objects.filter(profile=profile)
+        .select_related("node", "pinned_by")
+        .only("reason", "node__name", "pinned_by__username")
+        .order_by("node__name"),
         "events": AuditEvent.objects.filter(object_type="sharingprofile", object_id=str(profile.pk))[:10],
     }
     if has_role(request.user, Role.OPERATOR):
