@@ -15,6 +15,10 @@ document.addEventListener("htmx:beforeHistoryUpdate", (event) => {
   const update = event.detail.history;
   if (update.type === "push" && new URL(update.path, location.href).href === location.href) update.type = "replace";
 });
+// The option a single <select> shows as the page was rendered: its `selected` one, else the first.
+function initialIndex(select) {
+  return Math.max([...select.options].findIndex((option) => option.defaultSelected), 0);
+}
 function syncFiltersWithUrl() {
   const params = new URLSearchParams(location.search);
   document.querySelectorAll("form.filters").forEach((form) => {
@@ -23,8 +27,7 @@ function syncFiltersWithUrl() {
       if (control.type === "checkbox" || control.type === "radio") {
         control.checked = params.getAll(control.name).includes(control.value);
       } else if (control.tagName === "SELECT" && !params.has(control.name)) {
-        const initial = [...control.options].findIndex((option) => option.defaultSelected);
-        control.selectedIndex = Math.max(initial, 0);
+        control.selectedIndex = initialIndex(control);
       } else {
         control.value = params.get(control.name) || "";
       }
@@ -162,8 +165,32 @@ function refreshRelativeTimes(root) {
 }
 setInterval(() => refreshRelativeTimes(document), 15000);
 
+// A control changed before htmx took over its form (typed or picked while the page still loaded its scripts, or
+// refilled by the browser on Back) sent no request, and htmx takes the value it then finds as already seen: the page
+// would go on showing what the server rendered for the old values. Forms whose answers follow their controls
+// (hx-trigger "tessera:edited") ask once for what their controls say now.
+function isEdited(control) {
+  if (control.type === "checkbox" || control.type === "radio") return control.checked !== control.defaultChecked;
+  if (control.tagName === "SELECT") {
+    const initial = control.multiple ? -1 : initialIndex(control);
+    return [...control.options].some((option, index) => option.selected !== (option.defaultSelected || index === initial));
+  }
+  if (control.tagName === "TEXTAREA" || (control.tagName === "INPUT" && control.type !== "hidden")) {
+    return control.value !== control.defaultValue;
+  }
+  return false;
+}
+function askForStaleAnswers() {
+  document.querySelectorAll('form[hx-trigger*="tessera:edited"]').forEach((form) => {
+    if ([...form.elements].some(isEdited)) htmx.trigger(form, "tessera:edited");
+  });
+}
+
 document.addEventListener("DOMContentLoaded", () => enhance(document));
-document.addEventListener("htmx:load", (event) => enhance(event.detail.elt));
+document.addEventListener("htmx:load", (event) => {
+  enhance(event.detail.elt);
+  if (event.detail.elt === document.body) askForStaleAnswers(); // htmx has processed the page it loaded with
+});
 document.addEventListener("change", (event) => {
   const form = event.target.form;
   if (!form) return;

@@ -176,3 +176,19 @@ def test_assign_while_a_window_rules_offers_default_window_or_pin(page, live_ser
         "Nothing to roll out now: The schedule day-night sets ts-4"
     )
     expect(page.get_by_label("Pin the pool's nodes to whole until the schedule's next transition")).to_be_visible()
+
+
+def test_a_selector_typed_while_the_page_loads_its_scripts_still_shows_its_members(page, live_server, cluster):
+    """On a slow link the form shows before htmx has taken it over; what was typed by then is previewed after."""
+    sign_in(page, live_server, "ui-admin", "/pools/")
+    held = []
+    page.route("**/htmx-2*.js", lambda route: held.append(route))  # routing also bypasses the HTTP cache
+    page.goto(live_server.url + "/pools/new/", wait_until="commit")
+    page.get_by_label("Cluster").select_option(label="prod-east")
+    page.get_by_label("Label selector").fill("tessera.io/pool=training")
+    while not held:
+        page.wait_for_timeout(20)
+    expect(page.locator("#pool-members")).to_contain_text("Choose a cluster and type a label selector")
+    held[0].continue_()
+    expect(page.locator("#members-count")).to_have_text("3 nodes")
+    expect(page.locator("#members-names")).to_contain_text("tra-h100-02")

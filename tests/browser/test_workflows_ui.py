@@ -196,7 +196,9 @@ def test_saving_a_preset_shows_its_impact_and_asks_to_confirm(page, live_server,
     assert Schedule.objects.get().wait_minutes == 10
 
 
-def test_rollout_page_follows_progress_without_reloading(page, live_server, fleet):
+@pytest.fixture
+def live_rollout(fleet):
+    """A running rollout of mig-1g-x7 over six nodes of the pool: 2 succeeded, 1 verifying, 1 applying, 2 queued."""
     profile = sharing_services.profile_create(
         actor=Actor.system("test"),
         name="mig-1g-x7",
@@ -242,6 +244,11 @@ def test_rollout_page_follows_progress_without_reloading(page, live_server, flee
                 before={"status": "queued"},
                 after={"status": status},
             )
+    return rollout
+
+
+def test_rollout_page_follows_progress_without_reloading(page, live_server, live_rollout):
+    rollout = live_rollout
     sign_in(page, live_server, "ui-operator", f"/rollouts/{rollout.pk}/")
     page.evaluate("window.tesseraMarker = 'same page'")
     progress = page.locator(".progress__text").first
@@ -275,6 +282,23 @@ def test_rollout_page_follows_progress_without_reloading(page, live_server, flee
     expect(page.get_by_role("button", name="Resume")).to_be_visible()
     assert page.evaluate("window.tesseraMarker") == "same page"
     assert Rollout.objects.get(pk=rollout.pk).status == "paused"
+
+
+def test_a_click_just_after_the_live_section_refreshes_is_handled_in_place(page, live_server, live_rollout):
+    """The live section is replaced every 2 s. A click in the very next moment reaches a form htmx has taken over:
+    Cancel asks first, and is never posted as a plain form without asking."""
+    sign_in(page, live_server, "ui-operator", f"/rollouts/{live_rollout.pk}/")
+    expect(page.get_by_role("button", name="Cancel rollout")).to_be_visible()
+    page.evaluate("window.tesseraMarker = 'same page'")
+    page.on("dialog", lambda dialog: dialog.dismiss())
+    with page.expect_event("dialog", timeout=8000) as asked:
+        page.evaluate(
+            """() => document.body.addEventListener("htmx:afterSwap", () => setTimeout(() =>
+                document.querySelector("#rollout-live .btn--danger").click()), {once: true})"""
+        )
+    assert asked.value.message.startswith(f"Cancel rollout #{live_rollout.pk}?")
+    assert page.evaluate("window.tesseraMarker") == "same page"
+    assert Rollout.objects.get(pk=live_rollout.pk).status == "running"
 
 
 def test_screenshots_of_node_lists_audit_and_overview(page, live_server, fleet):

@@ -6,6 +6,7 @@ import re
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.urls import reverse
 from django.utils import timezone
 
@@ -42,7 +43,7 @@ def registered(cluster, admin_user):
     _, plain = agent_join_token_create(actor=Actor.for_user(admin_user), cluster=cluster, name="rack-a")
     registration = agent_register(join_token=plain, hostname="lab-gpu-01", agent_version="0.9.1")
     Node.objects.filter(pk=registration.node.pk).update(
-        agent_last_seen_at=timezone.now() - timedelta(seconds=12), last_seen_at=timezone.now(), ready=True
+        agent_last_seen_at=timezone.now(), last_seen_at=timezone.now(), ready=True
     )
     return Node.objects.get(pk=registration.node.pk)
 
@@ -145,7 +146,9 @@ def test_token_states(client, admin_user, cluster):
 
 
 def test_agent_card_shows_version_last_report_and_credential(client, admin_user, viewer, registered):
-    html = login(client, viewer).get(registered.get_absolute_url()).content.decode()
+    # Read 12 s after the agent's report, however long the test took to get here on a loaded box.
+    with time_machine.travel(registered.agent_last_seen_at + timedelta(seconds=12), tick=False):
+        html = login(client, viewer).get(registered.get_absolute_url()).content.decode()
     page = text(html)
     credential = AgentCredential.objects.get(node=registered)
     assert "Tessera agent" in page and "0.9.1" in page and "Reporting" in page

@@ -299,7 +299,8 @@ def test_live_validation_returns_drawing_and_field_messages_out_of_band(client, 
 def test_editor_form_posts_live_validation_as_the_admin_types(client, admin_user):
     html = login(client, admin_user).get(reverse("sharing:profile_create")).content.decode()
     form = re.search(r'<form id="profile-form"[^>]*>', html).group(0)
-    assert 'hx-post="/profiles/validate/"' in form and 'hx-trigger="input changed delay:300ms, change"' in form
+    assert 'hx-post="/profiles/validate/"' in form
+    assert 'hx-trigger="input changed delay:300ms, change, tessera:edited"' in form
     assert 'method="post"' in form and 'action="/profiles/new/"' in form
     assert 'data-modes="mig"' in html and 'data-modes="mps"' in html
 
