@@ -33,7 +33,7 @@ BIG = {
     ("worker", "nodedrift"),
     ("core", "auditevent"),
 }
-TESSERA_APPS = ("core", "fleet", "scheduling", "sharing", "worker", "agents", "console")
+TESSERA_APPS = ("core", "fleet", "scheduling", "sharing", "worker", "capacity", "agents", "console")
 REMOVES = (migrations.RemoveField, migrations.RenameField, migrations.DeleteModel, migrations.RenameModel)
 # (app, migration, operation index): why it is safe.
 BEFORE_FIRST_RELEASE = "before the first release: no installation had a big fleet when it ran"
