@@ -168,7 +168,8 @@ setInterval(() => refreshRelativeTimes(document), 15000);
 // A control changed before htmx took over its form (typed or picked while the page still loaded its scripts, or
 // refilled by the browser on Back) sent no request, and htmx takes the value it then finds as already seen: the page
 // would go on showing what the server rendered for the old values. Forms whose answers follow their controls
-// (hx-trigger "tessera:edited") ask once for what their controls say now.
+// (hx-trigger "tessera:edited") ask once for what their controls say now. Not the list filters: their requests push
+// history, and their controls follow the URL (syncFiltersWithUrl), so a refilled control must not add an entry.
 function isEdited(control) {
   if (control.type === "checkbox" || control.type === "radio") return control.checked !== control.defaultChecked;
   if (control.tagName === "SELECT") {
