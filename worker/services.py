@@ -96,9 +96,12 @@ def _claim(changes: Sequence[NodeChange], old: str, new: str, **values) -> list[
         return []
     now = timezone.now()
     with transaction.atomic():
+        # Only the changes' rows, in key order: the model's ordering joins the rollout, whose row FOR UPDATE would
+        # lock too, and SKIP LOCKED would then skip every change of a rollout another step or advance holds.
         since = dict(
-            NodeChange.objects.select_for_update(skip_locked=True)
+            NodeChange.objects.select_for_update(skip_locked=True, of=("self",))
             .filter(pk__in=[c.pk for c in changes], status=old)
+            .order_by("pk")
             .values_list("pk", "status_since")
         )
         ids = list(since)
@@ -106,7 +109,7 @@ def _claim(changes: Sequence[NodeChange], old: str, new: str, **values) -> list[
             values.setdefault("finished_at", now)
         NodeChange.objects.filter(pk__in=ids).update(status=new, updated_at=now, status_since=now, **values)
         telemetry.phase_durations_record(old, new, [(now - at).total_seconds() for at in since.values()])
-        moved = [c for c in changes if c.pk in set(ids)]
+        moved = [c for c in changes if c.pk in since]
         for c in moved:
             c.status = new
             for key, value in values.items():
