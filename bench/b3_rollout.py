@@ -69,9 +69,11 @@ def prepare(kubeconfig: str, url: str, count: int):
 
 def run_engine(rollout) -> tuple[float, int, int]:
     """The rollout driven as the tasks drive it, until it ends; returns (seconds, steps, queries)."""
+    from config.celery import freeze_startup_heap
     from worker import services
     from worker.choices import IN_FLIGHT_STATUSES
 
+    freeze_startup_heap()  # as a Celery worker process does once started
     queries, steps = Queries(), 0
     began = time.perf_counter()
     with queries.counting():

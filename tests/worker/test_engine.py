@@ -1,11 +1,12 @@
 """The rollout engine over the agent driver (state comes from node reports): planning, batches, canaries,
 verification, retries under a new name, failures, rollback, pause/resume/cancel, duplicate steps."""
 
+import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from core.audit import Actor
@@ -453,3 +454,47 @@ def test_queued_nodes_are_stuck_only_while_their_rollout_stopped_advancing(fleet
     assert stuck.count() == 5  # running, queued for 15 min, nothing in flight: its tasks were lost
     services.rollout_advance(rollout_id)  # the canary starts: the queued ones wait behind a working node
     assert stuck.count() == 0
+
+
+def test_each_transition_audits_every_moved_change_once(fleet):
+    (rollout_id,) = reconcile.reconcile()
+    Rollout.objects.filter(pk=rollout_id).update(canary_count=0)
+    started = services.rollout_advance(rollout_id)
+    services.node_changes_step(started[:3])
+    events = AuditEvent.objects.filter(action="change.verifying").order_by("object_id")
+    changes = NodeChange.objects.filter(pk__in=started[:3]).select_related("node").order_by("pk")
+    assert [(e.object_type, e.object_id, e.object_repr) for e in events] == [
+        ("nodechange", str(c.pk), f"{c.node.name} (rollout #{rollout_id})") for c in changes
+    ]
+    event = events[0]
+    assert (event.actor_kind, event.actor_label, event.actor_id) == ("system", "tessera-worker", None)
+    assert (event.before, event.after, event.message) == ({"status": "applying"}, {"status": "verifying"}, "")
+    assert AuditEvent.objects.filter(action="change.waiting_for_idle").count() == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_moves_changes_while_another_transaction_holds_their_rollout(fleet):
+    """Steps of one rollout run in parallel chunks, beside rollout_advance holding the rollout's row."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks (SKIP LOCKED) need PostgreSQL")
+    reconcile.reconcile()  # (committed at once here, setting the profile may have planned it already)
+    rollout_id = Rollout.objects.get().pk
+    changes = list(NodeChange.objects.filter(rollout_id=rollout_id, status=ChangeStatus.QUEUED))
+    locked, release = threading.Event(), threading.Event()
+
+    def hold():
+        with transaction.atomic():
+            Rollout.objects.select_for_update().get(pk=rollout_id)
+            locked.set()
+            release.wait(10)
+        connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        moved = services._claim(changes, ChangeStatus.QUEUED, ChangeStatus.CANCELLED, error="test")
+    finally:
+        release.set()
+        holder.join()
+    assert changes and len(moved) == len(changes)

@@ -2,6 +2,9 @@
 ConfigMaps and the ClusterPolicy, label merge patches the MIG Manager acts on, reads, busy pods, cordon,
 eviction with PodDisruptionBudget refusals, the wedged-pending restart, and retries through injected errors."""
 
+import gc
+import threading
+
 import pytest
 import yaml
 from kubernetes import client
@@ -13,7 +16,7 @@ from tests.factories import ClusterFactory
 from worker.drivers import driver_for
 from worker.drivers.base import BusyPod, DriverError, NodeTarget
 from worker.drivers.kubernetes import driver as driver_module
-from worker.drivers.kubernetes.api import with_retries
+from worker.drivers.kubernetes.api import gc_paused, with_retries
 
 pytestmark = pytest.mark.django_db
 H100_IDLE, H100_IDLE_2, H100_BALANCED, A100_BUSY, H100_MIG_BUSY, T4 = (
@@ -307,3 +310,29 @@ def test_unreachable_api_is_a_transient_error_without_the_address_of_the_credent
     assert caught.value.transient
     assert sim.kubeconfig_path not in str(caught.value)
     assert Cluster.objects.get(pk=sim_cluster.pk).connection_state == "error"
+
+
+def test_gc_paused_while_any_thread_parses_and_restored_as_it_was():
+    inside, release = threading.Event(), threading.Event()
+
+    def parse():
+        with gc_paused():
+            inside.set()
+            release.wait(5)
+
+    other = threading.Thread(target=parse)
+    other.start()
+    inside.wait(5)
+    with gc_paused():
+        assert not gc.isenabled()
+    assert not gc.isenabled()  # the other thread still parses
+    release.set()
+    other.join()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # someone else's choice stands
+    finally:
+        gc.enable()
