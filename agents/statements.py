@@ -166,14 +166,12 @@ def _batched_sql(model, sets: tuple[str, ...], match: tuple[str, ...], keep: tup
     table, pk, guarded = _q(meta.db_table), _q(meta.pk.column), _q(fields[-1].column)
     arrays = ", ".join(f"%b::{field.db_type(connection)}[]" for field in fields)
     names = [f"v{i}" for i in range(len(fields))]
-    assigned = [
-        f"{c} = COALESCE(locked.{v}, t.{c})" if field.name in keep else f"{c} = locked.{v}"
-        for field, v in zip(fields[: len(sets)], names, strict=False)
-        for c in [_q(field.column)]
-    ]
-    on = " AND ".join(
-        f"t.{_q(field.column)} = v.{v}" for field, v in zip(fields, names, strict=True) if field.name in match
-    )
+    columns = list(zip(fields, names, strict=True))
+    assigned = []
+    for field, v in columns[: len(sets)]:
+        c = _q(field.column)
+        assigned.append(f"{c} = COALESCE(locked.{v}, t.{c})" if field.name in keep else f"{c} = locked.{v}")
+    on = " AND ".join(f"t.{_q(field.column)} = v.{v}" for field, v in columns[len(sets) : -1])
     return (
         f"WITH v AS (SELECT * FROM unnest({arrays}) AS v({', '.join(names)})), "
         f"locked AS MATERIALIZED (SELECT t.{pk} AS _pk, v.* FROM {table} t JOIN v ON {on} "

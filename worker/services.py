@@ -38,6 +38,7 @@ from worker.models import NodeChange, NodeRetry, Rollout
 
 # A change not touched for this long while in flight has lost its task (worker crash, lost message): re-step it.
 STEP_STALL_SECONDS = 30
+WORKER = Actor.system("tessera-worker")  # who the engine's own transitions are audited as
 
 
 # --- advancing -------------------------------------------------------------------------------------------------------
@@ -65,7 +66,8 @@ def _events(changes: Iterable[NodeChange], action: str, *, message: str = "", be
         match, id_params = "= ANY(%s)", [ids]
     else:
         match, id_params = f"IN ({', '.join(['%s'] * len(ids))})", ids
-    values = [db.ops.adapt_datetimefield_value(now or timezone.now()), AuditEvent.ActorKind.SYSTEM, action, message]
+    at = db.ops.adapt_datetimefield_value(now or timezone.now())
+    values = [at, WORKER.kind, WORKER.label, action, message]
     with db.cursor() as cursor:
         cursor.execute(_events_sql(db.alias) + match, [*values, *json_values, *id_params])
 
@@ -76,13 +78,13 @@ def _events_sql(alias: str) -> str:
     db = connections[alias]
     event, change, node = AuditEvent._meta, NodeChange._meta, Node._meta
     q = db.ops.quote_name
-    names = ("at", "actor_kind", "action", "message", "before", "after", "actor", "actor_label", "object_type",
+    names = ("at", "actor_kind", "actor_label", "action", "message", "before", "after", "actor", "object_type",
              "object_id", "object_repr")  # fmt: skip
     columns = ", ".join(q(event.get_field(name).column) for name in names)
     json_type = event.get_field("before").db_type(db)
     return (
         f"INSERT INTO {q(event.db_table)} ({columns}) "
-        f"SELECT %s, %s, %s, %s, CAST(%s AS {json_type}), CAST(%s AS {json_type}), NULL, 'tessera-worker', "
+        f"SELECT %s, %s, %s, %s, %s, CAST(%s AS {json_type}), CAST(%s AS {json_type}), NULL, "
         f"'nodechange', CAST(c.{q('id')} AS TEXT), "
         f"n.{q('name')} || ' (rollout #' || CAST(c.{q('rollout_id')} AS TEXT) || ')' "
         f"FROM {q(change.db_table)} c INNER JOIN {q(node.db_table)} n ON n.{q('id')} = c.{q('node_id')} "
@@ -191,7 +193,7 @@ def _set_status(rollout: Rollout, status: str, message: str, now) -> None:
     Rollout.objects.filter(pk=rollout.pk).update(status=status, finished_at=finished, updated_at=now)
     rollout.status = status
     audit_record(
-        actor=Actor.system("tessera-worker"),
+        actor=WORKER,
         action=f"rollout.{status}",
         obj=rollout,
         before={"status": before},
