@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents.statements import credential_row
+from agents.statements import credential_row, credential_touched
 from core.audit import Actor, audit_record
 from core.exceptions import ApplicationError
 from fleet.agent_credentials import (
@@ -252,7 +252,8 @@ def _issue(node: Node, token: AgentJoinToken, agent_version: str, now, *, vouche
 def agent_credential_authenticate(*, credential: str, now=None) -> AgentCredential | None:
     """The active credential this bearer secret belongs to, or None. It comes with its node (the fields the agent
     services read; others load on access) and `serving_change`: (pk, config id) of the change the node should
-    apply now, or None, read by the same statement (`agent_report_record` takes it)."""
+    apply now, or None, read by the same statement or this process's cache of it (`agent_report_record` takes it).
+    The secret is checked against the stored hash on every call, cached or not."""
     parts = secret_split(credential, CREDENTIAL_PREFIX)
     row = credential_row(parts[0]) if parts is not None else None
     if not secret_matches(parts[1] if parts else "", row[0].secret_hash if row else None) or row is None:
@@ -263,4 +264,5 @@ def agent_credential_authenticate(*, credential: str, now=None) -> AgentCredenti
     if found.last_used_at is None or (now - found.last_used_at).total_seconds() > CREDENTIAL_TOUCH_SECONDS:
         AgentCredential.objects.filter(pk=found.pk).update(last_used_at=now)
         found.last_used_at = now
+        credential_touched(found)
     return found

@@ -23,6 +23,7 @@ from agents.observations import (
     xid_message,
 )
 from agents.report_buffer import report_buffer
+from agents.report_cache import report_cache
 from agents.statements import metric_rows, metrics_sql, prep, serving_change, write_reports
 from core.audit import Actor, audit_record
 from core.exceptions import ApplicationError
@@ -107,6 +108,7 @@ def agent_report_record(
     else:
         report_buffer.discard(node.pk)
         _record_own_inventory(node, report, refresh, digest, now)
+        report_cache.drop_node(node.pk)  # this process's next report reads what was written (others hear it)
     node.last_seen_at = node.agent_last_seen_at = now
     return serving[1] if serving else None
 

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from agent.protocol import GpuMetrics, GpuReport
 from agents.choices import SERVING_STATUSES
+from agents.report_cache import report_cache
 from fleet.models import AgentCredential, Gpu, Node
 from worker.models import NodeChange
 
@@ -35,6 +36,11 @@ def _hot_fields(model, names: tuple[str, ...]) -> tuple:
 @functools.cache
 def _hot_attnames(model, names: tuple[str, ...]) -> list[str]:
     return [f.attname for f in _hot_fields(model, names)]
+
+
+# Where a credential row (the credential's hot fields, then its node's) holds the node's id and the last-use time.
+_NODE_ID = _hot_attnames(AgentCredential, _CREDENTIAL_HOT).index("node_id")
+_LAST_USED = _hot_attnames(AgentCredential, _CREDENTIAL_HOT).index("last_used_at")
 
 
 @functools.cache
@@ -72,38 +78,57 @@ def _raw_cursor(db):
 
 
 def _fetchone(sql: str, params: Sequence) -> tuple | None:
-    """One row of a hot statement; prepared on PostgreSQL (parsed and planned once per connection)."""
+    """One row of a hot statement; prepared on PostgreSQL (parsed and planned once per connection). Errors come
+    through Django's wrapper as from any cursor: Django's exceptions, and a broken connection is marked so that the
+    end of the request replaces it (else every report on it would fail until CONN_MAX_AGE)."""
     db = connections[DEFAULT_DB_ALIAS]  # once: every `connection.x` is a lookup in asgiref's Local
-    cursor = _raw_cursor(db)
-    try:
-        if db.vendor == "postgresql":
-            cursor.execute(sql, params, prepare=True)
-        else:
-            cursor.execute(sql, params)
-        return cursor.fetchone()
-    finally:
-        cursor.close()
+    with db.wrap_database_errors:
+        cursor = _raw_cursor(db)
+        try:
+            if db.vendor == "postgresql":
+                cursor.execute(sql, params, prepare=True)
+            else:
+                cursor.execute(sql, params)
+            return cursor.fetchone()
+        finally:
+            cursor.close()
 
 
 def credential_row(key_id: str) -> tuple[AgentCredential, Node, tuple[int, str] | None] | None:
     """The active credential of this key id, its node (the fields the agent services read) and the node's serving
-    change as (pk, config id), in one statement; None when no active credential has this key id."""
+    change as (pk, config id), in one statement or from this process's cache (agents/report_cache.py); None when no
+    active credential has this key id. The instances are new on every call: callers may change them."""
     db = connections[DEFAULT_DB_ALIAS]
-    row = _fetchone(_credential_sql(db.vendor), [*SERVING_STATUSES, key_id])
+    row = report_cache.get(key_id)
     if row is None:
-        return None
-    *values, change_id, to_config = row
+        generation = report_cache.generation()
+        found = _fetchone(_credential_sql(db.vendor), [*SERVING_STATUSES, key_id])
+        if found is None:
+            return None
+        *values, change_id, to_config = found
+        row = (tuple(map(_aware, values)), _serving(db, change_id, to_config))
+        report_cache.put(key_id, row[0][_NODE_ID], row, generation)
+    values, serving = row
     split = len(_hot_fields(AgentCredential, _CREDENTIAL_HOT))
     credential = _loaded(AgentCredential, _CREDENTIAL_HOT, values[:split], db.alias)
     node = _loaded(Node, _NODE_HOT, values[split:], db.alias)
-    return credential, node, _serving(db, change_id, to_config)
+    return credential, node, serving
+
+
+def credential_touched(credential: AgentCredential) -> None:
+    """The credential's last-use time as just written, in its cached row too (else every report would write it)."""
+    row = report_cache.get(credential.key_id)
+    if row is not None:
+        values = list(row[0])
+        values[_LAST_USED] = credential.last_used_at
+        report_cache.replace(credential.key_id, (tuple(values), row[1]))
 
 
 def _loaded(model, names: tuple[str, ...], values, alias: str):
     """An instance as Model.from_db makes it with the other fields deferred (they load on access), without running
-    __init__ over every field of the model: these models have no init signal receivers. Datetimes made aware."""
+    __init__ over every field of the model: these models have no init signal receivers."""
     instance = model.__new__(model)
-    instance.__dict__.update(zip(_hot_attnames(model, names), map(_aware, values), strict=True))
+    instance.__dict__.update(zip(_hot_attnames(model, names), values, strict=True))
     instance._state = ModelState()
     instance._state.adding, instance._state.db = False, alias
     return instance

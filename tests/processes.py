@@ -131,7 +131,8 @@ def web_server_process(var_dir: Path, *, workers: int = 1, threads: int = 4, eag
     cmd = [sys.executable, "-m", "gunicorn", "config.wsgi:application", "--bind", f"127.0.0.1:{port}",
            "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread",
            "--graceful-timeout", "5", "--log-level", "warning"]  # fmt: skip
-    buffered = {"TESSERA_AGENT_REPORT_FLUSH_SECONDS": "0.2"}  # agent reports written as in production
+    # agent reports buffered and credential rows cached as in production
+    buffered = {"TESSERA_AGENT_REPORT_FLUSH_SECONDS": "0.2", "TESSERA_AGENT_REPORT_CACHE_SECONDS": "900"}
     env = child_env(var_dir, "memory://", TESSERA_TEST_EAGER=str(eager_tasks).lower(), **{**buffered, **extra_env})
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -303,6 +303,9 @@ TESSERA = {
     # Unchanged agent reports (metrics, last-seen) are written together every this many seconds per web process;
     # 0 writes each at once.
     "AGENT_REPORT_FLUSH_SECONDS": env.float("TESSERA_AGENT_REPORT_FLUSH_SECONDS", default=0.2),
+    # On PostgreSQL each web process keeps what a report's credential statement read, dropped when the database
+    # notifies a change (agents/report_cache.py), and read again at the latest after this many seconds; 0: off.
+    "AGENT_REPORT_CACHE_SECONDS": env.float("TESSERA_AGENT_REPORT_CACHE_SECONDS", default=900),
     "API_MAX_PAGE_SIZE": 1000,
     # Hours an agent's request to register an existing node waits for an admin's approval; then it expires (an agent
     # still asking makes a new request) and the daily prune deletes it.

@@ -23,6 +23,9 @@ TESSERA = {
     # pytest writes agent reports at once (no flush thread: a test that buffers flushes itself); the web servers that
     # integration tests start buffer as in production (tests/processes.py).
     "AGENT_REPORT_FLUSH_SECONDS": env.float("TESSERA_AGENT_REPORT_FLUSH_SECONDS", default=0),
+    # No report cache in pytest: a test's transaction never commits, so no change would be notified
+    # (tests/agents/test_report_cache.py turns it on over committed transactions).
+    "AGENT_REPORT_CACHE_SECONDS": env.float("TESSERA_AGENT_REPORT_CACHE_SECONDS", default=0),
     # The simulator and pytest write kubeconfigs into temporary directories and serve metrics on loopback.
     "KUBECONFIG_DIR": tempfile.gettempdir(),
     "METRICS_URL_ALLOW": [*TESSERA["METRICS_URL_ALLOW"], *LOOPBACK],

@@ -12,7 +12,14 @@ from agents.authentication import AgentRateThrottle, AgentRegisterThrottle
 from core.audit import Actor
 from fleet import agent_credentials
 from fleet.models import Node
-from tests.factories import ClusterFactory
+from sharing import services as sharing_services
+from tests.factories import ClusterFactory, NodePoolFactory
+from worker import reconcile
+from worker import services as worker_services
+from worker.choices import ChangeStatus
+from worker.models import NodeChange
+
+H100 = "NVIDIA-H100-80GB-HBM3"
 
 
 def written(queries) -> list[str]:
@@ -105,3 +112,23 @@ def node_a(join_token, backends):
     backend = backends(seed=1)
     answer = register(join_token, backend.snapshot().hostname).json()
     return backend, Node.objects.get(pk=answer["node_id"]), agent_client(answer["credential"])
+
+
+@pytest.fixture
+def rollout_on_a(node_a, admin_user):
+    """A MIG profile assigned to node A's pool, its rollout started: the change is verifying (the agent's turn)."""
+    backend, node, client = node_a
+    client.post(protocol.REPORT_PATH, report_of(backend).to_dict(), format="json")
+    pool = NodePoolFactory(cluster=node.cluster)
+    Node.objects.filter(pk=node.pk).update(pool=pool)
+    actor = Actor.for_user(admin_user)
+    profile = sharing_services.profile_create(
+        actor=actor, name="mig-3", mode="mig", target_products=[H100], mig_layouts={"all": {"3g.40gb": 2}}
+    )
+    sharing_services.pool_set_profile(actor=actor, pool=pool, profile=profile)
+    if not NodeChange.objects.filter(node=node).exists():  # where transactions commit, eager tasks ran these
+        (rollout_id,) = reconcile.reconcile()
+        worker_services.node_changes_step(worker_services.rollout_advance(rollout_id))
+    change = NodeChange.objects.get(node=node)
+    assert change.status == ChangeStatus.VERIFYING
+    return backend, node, client, change

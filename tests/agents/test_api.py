@@ -44,6 +44,7 @@ from fleet.selectors import gpu_events
 from sharing import services as sharing_services
 from sharing.render import DevicePluginSpec
 from tests.agents.conftest import (
+    H100,
     agent_client,
     clear_throttle_counts,
     fast_path_writes,
@@ -59,7 +60,6 @@ from worker.drivers.agent import AgentDriver
 from worker.models import NodeChange, Rollout
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_throttle_counts_and_writes_at_once")]
-H100 = "NVIDIA-H100-80GB-HBM3"
 REGISTER, REPORT, DESIRED, OUTCOME = (
     protocol.REGISTER_PATH,
     protocol.REPORT_PATH,
@@ -519,26 +519,6 @@ def test_agent_endpoints_are_throttled(node_a, monkeypatch):
 
 
 # --- desired configs and outcomes ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def rollout_on_a(node_a, admin_user):
-    """A MIG profile assigned to node A's pool, its rollout started: the change is verifying (the agent's turn)."""
-    backend, node, client = node_a
-    client.post(REPORT, report_of(backend).to_dict(), format="json")
-    pool = NodePoolFactory(cluster=node.cluster)
-    Node.objects.filter(pk=node.pk).update(pool=pool)
-    actor = Actor.for_user(admin_user)
-    profile = sharing_services.profile_create(
-        actor=actor, name="mig-3", mode="mig", target_products=[H100], mig_layouts={"all": {"3g.40gb": 2}}
-    )
-    sharing_services.pool_set_profile(actor=actor, pool=pool, profile=profile)
-    (rollout_id,) = reconcile.reconcile()
-    change_ids = worker_services.rollout_advance(rollout_id)
-    worker_services.node_changes_step(change_ids)
-    change = NodeChange.objects.get(pk=change_ids[0])
-    assert change.status == ChangeStatus.VERIFYING
-    return backend, node, client, change
 
 
 def test_desired_config_of_a_change(rollout_on_a):
