@@ -1,8 +1,9 @@
 """What the report path reads of a credential, per process, kept true by PostgreSQL's notifications.
 
 Every agent report is authenticated by one statement: the credential, its node and the node's serving change
-(agents/statements.credential_row). On PostgreSQL that round trip cost as much CPU as the rest of the report (bench
-B2: ~0.38 ms of the server's 1.33 ms), yet those rows seldom change: a revocation, a rollout step, a new inventory.
+(agents/statements.credential_row). On PostgreSQL that round trip cost ~0.38 ms of the 1.33 ms of CPU a report cost
+the box, both sides counted (bench/README.md, B2), yet those rows seldom change: a revocation, a rollout step, a new
+inventory.
 So each web process keeps what it read, and drops it when the database says it changed:
 
 - triggers (agents/migrations/0001_report_cache_notify.py) run `pg_notify(CHANNEL, <node id>)` whenever a column

@@ -24,19 +24,20 @@ def create_triggers(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return
     q = schema_editor.quote_name
+    # The node's id is `id` on fleet_node and `node_id` elsewhere (the trigger's argument): branches, not to_jsonb()
+    # of whole rows, since a rollout fires this for every transition of every NodeChange.
     schema_editor.execute(
         f"CREATE OR REPLACE FUNCTION {FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $$\n"
         "BEGIN\n"
         "  IF TG_OP = 'TRUNCATE' THEN\n"
         f"    PERFORM pg_notify('{CHANNEL}', '*');\n"
-        "    RETURN NULL;\n"
-        "  END IF;\n"
-        "  IF TG_OP IN ('UPDATE', 'DELETE') THEN\n"
-        f"    PERFORM pg_notify('{CHANNEL}', to_jsonb(OLD) ->> TG_ARGV[0]);\n"
-        "  END IF;\n"
-        "  IF TG_OP IN ('UPDATE', 'INSERT') THEN\n"
-        f"    PERFORM pg_notify('{CHANNEL}', to_jsonb(NEW) ->> TG_ARGV[0]);\n"  # the same payload twice: sent once
-        "  END IF;\n"
+        "  ELSIF TG_ARGV[0] = 'id' THEN\n"
+        f"    IF TG_OP <> 'INSERT' THEN PERFORM pg_notify('{CHANNEL}', OLD.id::text); END IF;\n"
+        f"    IF TG_OP <> 'DELETE' THEN PERFORM pg_notify('{CHANNEL}', NEW.id::text); END IF;\n"
+        "  ELSE\n"
+        f"    IF TG_OP <> 'INSERT' THEN PERFORM pg_notify('{CHANNEL}', OLD.node_id::text); END IF;\n"
+        f"    IF TG_OP <> 'DELETE' THEN PERFORM pg_notify('{CHANNEL}', NEW.node_id::text); END IF;\n"
+        "  END IF;\n"  # the same payload twice in a transaction is delivered once
         "  RETURN NULL;\n"
         "END $$"
     )
