@@ -59,7 +59,7 @@ def test_a_node_id_drops_that_node_a_star_drops_all_a_ping_nothing(heard_cache):
     assert heard_cache.entries == {} and heard_cache.by_node == {}
 
 
-def test_nothing_is_served_unless_the_listener_heard_lately(heard_cache, monkeypatch):
+def test_nothing_is_served_unless_the_listener_heard_lately(heard_cache):
     heard_cache.put("key", 1, ("row",), heard_cache.generation_count)
     heard_cache.heard_at -= cache_module.LIVENESS
     assert heard_cache.get("key") is None
@@ -174,7 +174,7 @@ def test_unchanged_reports_read_their_credential_once(cached, node_a, reads):
     assert cached.get(_key_of(node)) is not None
 
 
-def test_a_revoked_credential_is_refused_once_the_database_says_so(cached, node_a, reads):
+def test_a_revoked_credential_is_refused_once_the_database_says_so(cached, node_a):
     backend, node, client = node_a
     body = report_of(backend).to_dict()
     _report_twice(cached, backend, client)
