@@ -1,5 +1,7 @@
 """Celery tasks of the worker: the reconcile tick and the rollout steps. Thin, idempotent, taking ids."""
 
+import logging
+
 from celery import shared_task
 from django.conf import settings
 from django.db.models import Q
@@ -14,10 +16,13 @@ from worker import kueue as kueue_module
 from worker import reconcile as reconcile_module
 from worker import services, telemetry
 from worker.choices import IN_FLIGHT_STATUSES, RolloutStatus
+from worker.drivers.kubernetes.api import error_text, is_transient
 from worker.inventory.cluster import cluster_health, scrape_metrics
 from worker.inventory.pods import sync_pods
 from worker.models import Rollout
 from worker.retention import worker_prune
+
+log = logging.getLogger(__name__)
 
 STEP_CHUNK = 50
 RECONCILE_TICK_SECONDS = 30  # beat's period for the tick (TESSERA_RECONCILE_SECONDS); it re-sends what expired
@@ -131,13 +136,26 @@ def clusters_scrape_metrics() -> int:
     return _fan_out(cluster_scrape_metrics, INVENTORY_TICK_SECONDS)
 
 
+def _unless_unreachable(cluster, work, what: str):
+    """`work(cluster)`, or None when the cluster does not answer now (its API server or metrics endpoint down, after
+    the calls' own retries): a state, not a failure. The health check shows an unreachable API server, metrics show
+    their age, the next tick tries again; so one warning line, not a failed task with a traceback."""
+    try:
+        return work(cluster)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        log.warning("cluster %s: %s skipped this round: %s", cluster.name, what, error_text(exc))
+        return None
+
+
 @shared_task(soft_time_limit=110, time_limit=120)
 def cluster_scrape_metrics(cluster_id: int) -> dict:
     """GPUs, MIG devices and utilisation of one cluster from dcgm-exporter."""
     cluster = _kubernetes_cluster(cluster_id)
-    if cluster is None:
+    result = _unless_unreachable(cluster, scrape_metrics, "metrics scrape") if cluster is not None else None
+    if result is None:
         return {"gpus": 0}
-    result = scrape_metrics(cluster)
     return {"nodes": result.nodes, "gpus": result.gpus, "metrics": result.metrics_recorded}
 
 
@@ -151,7 +169,7 @@ def clusters_sync_pods() -> int:
 def cluster_sync_pods(cluster_id: int) -> int:
     """The GPU-holding pods of one cluster, per node (busy checks, impact previews, QoS rules)."""
     cluster = _kubernetes_cluster(cluster_id)
-    return sync_pods(cluster) if cluster is not None else 0
+    return (_unless_unreachable(cluster, sync_pods, "pod sync") if cluster is not None else None) or 0
 
 
 @shared_task(soft_time_limit=50, time_limit=60)

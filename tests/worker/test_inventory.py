@@ -18,6 +18,7 @@ from sharing.qos import qos_class
 from simulator.resources import NODES, PODS
 from tests.factories import NodePoolFactory
 from tests.processes import wait_until
+from worker import tasks
 from worker.drivers import driver_for
 from worker.inventory.cluster import cluster_health, scrape_metrics, sync_cluster_full
 from worker.inventory.dcgm import WANTED_METRICS, InstanceSample, mig_devices, parse_dcgm
@@ -336,6 +337,20 @@ def test_health_of_an_unreachable_cluster(sim, sim_cluster):
     assert not report.reachable and report.problem.startswith("Kubernetes API of cluster sim: API server unreachable")
     sim_cluster.refresh_from_db()
     assert sim_cluster.connection_state == "error" and sim_cluster.last_contact_at is None and sim_cluster.last_error_at
+
+
+@pytest.mark.django_db
+def test_inventory_tasks_on_an_unreachable_cluster_log_one_line_and_return(sim, sim_cluster, caplog):
+    """The next tick tries again and the health check shows the state: no failed task, no traceback in the log."""
+    sync_cluster_full(sim_cluster)
+    assert Node.objects.live().filter(cluster=sim_cluster, ready=True).exists()  # so the scrape reads the endpoint
+    sim.stop()
+    assert tasks.cluster_scrape_metrics(sim_cluster.pk) == {"gpus": 0}
+    assert tasks.cluster_sync_pods(sim_cluster.pk) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.name == "worker.tasks"]
+    skipped = [w.split(":")[1].strip() for w in warnings]
+    assert skipped == ["metrics scrape skipped this round", "pod sync skipped this round"]
+    assert all("unreachable" in w for w in warnings) and not any(r.exc_info for r in caplog.records)
 
 
 # --- watch ---------------------------------------------------------------------------------------------------------
