@@ -16,6 +16,7 @@ from worker import kueue as kueue_module
 from worker import reconcile as reconcile_module
 from worker import services, telemetry
 from worker.choices import IN_FLIGHT_STATUSES, RolloutStatus
+from worker.drivers.base import DriverError
 from worker.drivers.kubernetes.api import error_text, is_transient
 from worker.inventory.cluster import cluster_health, scrape_metrics
 from worker.inventory.pods import sync_pods
@@ -136,14 +137,15 @@ def clusters_scrape_metrics() -> int:
     return _fan_out(cluster_scrape_metrics, INVENTORY_TICK_SECONDS)
 
 
-def _unless_unreachable(cluster, work, what: str):
-    """`work(cluster)`, or None when the cluster does not answer now (its API server or metrics endpoint down, after
-    the calls' own retries): a state, not a failure. The health check shows an unreachable API server, metrics show
-    their age, the next tick tries again; so one warning line, not a failed task with a traceback."""
+def _unless_unavailable(cluster, work, what: str):
+    """`work(cluster)`, or None when the cluster cannot be read now: its API server or metrics endpoint down (after
+    the calls' own retries), its kubeconfig unreadable (a restarting simulator rewrites it; an admin replacing it).
+    The health check shows those states and the next tick tries again: one warning line, not a failed task with a
+    traceback. Anything else still fails the task."""
     try:
         return work(cluster)
     except Exception as exc:
-        if not is_transient(exc):
+        if not (isinstance(exc, DriverError) or is_transient(exc)):
             raise
         log.warning("cluster %s: %s skipped this round: %s", cluster.name, what, error_text(exc))
         return None
@@ -153,7 +155,7 @@ def _unless_unreachable(cluster, work, what: str):
 def cluster_scrape_metrics(cluster_id: int) -> dict:
     """GPUs, MIG devices and utilisation of one cluster from dcgm-exporter."""
     cluster = _kubernetes_cluster(cluster_id)
-    result = _unless_unreachable(cluster, scrape_metrics, "metrics scrape") if cluster is not None else None
+    result = _unless_unavailable(cluster, scrape_metrics, "metrics scrape") if cluster is not None else None
     if result is None:
         return {"gpus": 0}
     return {"nodes": result.nodes, "gpus": result.gpus, "metrics": result.metrics_recorded}
@@ -169,7 +171,7 @@ def clusters_sync_pods() -> int:
 def cluster_sync_pods(cluster_id: int) -> int:
     """The GPU-holding pods of one cluster, per node (busy checks, impact previews, QoS rules)."""
     cluster = _kubernetes_cluster(cluster_id)
-    return (_unless_unreachable(cluster, sync_pods, "pod sync") if cluster is not None else None) or 0
+    return (_unless_unavailable(cluster, sync_pods, "pod sync") if cluster is not None else None) or 0
 
 
 @shared_task(soft_time_limit=50, time_limit=60)

@@ -16,7 +16,7 @@ from fleet.services import pending_pods_record
 from sharing import services as sharing_services
 from sharing.qos import qos_class
 from simulator.resources import NODES, PODS
-from tests.factories import NodePoolFactory
+from tests.factories import ClusterFactory, NodePoolFactory
 from tests.processes import wait_until
 from worker import tasks
 from worker.drivers import driver_for
@@ -340,7 +340,7 @@ def test_health_of_an_unreachable_cluster(sim, sim_cluster):
 
 
 @pytest.mark.django_db
-def test_inventory_tasks_on_an_unreachable_cluster_log_one_line_and_return(sim, sim_cluster, caplog):
+def test_inventory_tasks_of_an_unreachable_cluster_log_one_line_and_return(sim, sim_cluster, caplog):
     """The next tick tries again and the health check shows the state: no failed task, no traceback in the log."""
     sync_cluster_full(sim_cluster)
     assert Node.objects.live().filter(cluster=sim_cluster, ready=True).exists()  # so the scrape reads the endpoint
@@ -351,6 +351,18 @@ def test_inventory_tasks_on_an_unreachable_cluster_log_one_line_and_return(sim, 
     skipped = [w.split(":")[1].strip() for w in warnings]
     assert skipped == ["metrics scrape skipped this round", "pod sync skipped this round"]
     assert all("unreachable" in w for w in warnings) and not any(r.exc_info for r in caplog.records)
+
+
+@pytest.mark.django_db
+def test_inventory_tasks_of_a_cluster_whose_kubeconfig_is_gone_log_one_line_and_return(caplog, settings):
+    """A restarting simulator rewrites its kubeconfig (make run), an admin may replace one: the same kind of state."""
+    lost = ClusterFactory(
+        name="lost", driver="kubernetes", kubeconfig_path=f"{settings.TESSERA['KUBECONFIG_DIR']}/gone"
+    )
+    assert tasks.cluster_sync_pods(lost.pk) == 0
+    (warning,) = [r for r in caplog.records if r.name == "worker.tasks"]
+    assert warning.getMessage().startswith("cluster lost: pod sync skipped this round: cannot load the kubeconfig")
+    assert not warning.exc_info
 
 
 # --- watch ---------------------------------------------------------------------------------------------------------
