@@ -11,9 +11,16 @@ document.addEventListener("htmx:configRequest", (event) => {
 // Filters live in the URL (hx-push-url): one history entry per distinct URL (Enter in a search field both submits
 // and ends a keyup, two requests for the same URL), and after Back or Forward the filter controls show the URL's
 // filters again (htmx restores the page's HTML, but a control's chosen value is not part of its HTML).
+// A response to a request sent before Back or Forward restored another page (a search's delayed keyup) must not
+// push its URL over the one the user went back to: its target left the page with the restore.
 document.addEventListener("htmx:beforeHistoryUpdate", (event) => {
   const update = event.detail.history;
-  if (update.type === "push" && new URL(update.path, location.href).href === location.href) update.type = "replace";
+  if (!event.detail.target.isConnected) {
+    update.type = "replace";
+    update.path = location.href;
+  } else if (update.type === "push" && new URL(update.path, location.href).href === location.href) {
+    update.type = "replace";
+  }
 });
 // The option a single <select> shows as the page was rendered: its `selected` one, else the first.
 function initialIndex(select) {

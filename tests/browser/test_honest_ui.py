@@ -90,6 +90,38 @@ def test_list_filters_live_in_the_url_and_the_back_button_restores_them(page, li
     expect(page.get_by_label("Product")).to_have_value(A30)
 
 
+def test_a_search_answered_after_back_does_not_push_its_url_over_the_one_gone_back_to(page, live_server, small_fleet):
+    """Typing sends the search 300 ms after the last key; Back pressed while it is on its way restores the previous
+    filters, and its late answer must not push the search's URL again (tessera.js, htmx:beforeHistoryUpdate)."""
+    page.add_init_script(
+        "window.historyUpdates = 0;"
+        "document.addEventListener('htmx:beforeHistoryUpdate', () => { window.historyUpdates += 1; });"
+    )
+    sign_in(page, live_server, "ui-viewer", "/gpus/")
+    rows = page.locator("#gpu-table tbody tr")
+    page.get_by_label("Product").select_option(A30)
+    expect(page).to_have_url(re.compile(rf"/gpus/\?product={A30}$"))
+    expect(rows).to_have_count(4)
+    held = []
+    page.route(re.compile(r"/gpus/\?.*q=late"), lambda route: held.append(route))  # answered once released
+    with page.expect_request(lambda request: "q=late" in request.url):
+        page.get_by_label("Search").press_sequentially("late")
+    page.go_back()
+    expect(page).to_have_url(live_server.url + "/gpus/")
+    expect(rows).to_have_count(10)
+    before = page.evaluate("window.historyUpdates")
+    (late,) = held
+    late.continue_()
+    for _ in range(250):  # until the late answer reaches htmx's history update (wait_for_function needs eval: CSP)
+        if page.evaluate("window.historyUpdates") > before:
+            break
+        page.wait_for_timeout(20)
+    else:
+        raise AssertionError("the late answer never reached htmx")
+    assert page.evaluate("location.href") == live_server.url + "/gpus/"
+    expect(rows).to_have_count(10)
+
+
 # --- every main page at a phone's and a laptop's width ------------------------------------------------------------
 
 WIDTHS = (390, 1280)
