@@ -21,6 +21,7 @@ from core.audit import Actor
 from fleet import agent_credentials
 from fleet.models import AgentCredential, Node
 from tests.agents.conftest import report_of
+from tests.processes import wait_until
 from worker.choices import ChangeStatus
 from worker.models import NodeChange
 
@@ -100,12 +101,7 @@ def _require_postgresql():
         pytest.skip("notifications are PostgreSQL's")
 
 
-def _until(check, what: str, seconds: float = 5.0):
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {seconds} s: {what}")
-        time.sleep(0.01)
+FAST = {"timeout": 5, "interval": 0.01}  # notifications arrive in milliseconds
 
 
 def _settled(cache):
@@ -114,7 +110,7 @@ def _settled(cache):
     marker = str(-next(MARKERS))
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, marker])
-    _until(lambda: marker in cache.payloads, "the marker notification")
+    wait_until(lambda: marker in cache.payloads, **FAST, message="the marker notification")
 
 
 def _report_twice(cache, backend, client):
@@ -139,7 +135,7 @@ def cached(transactional_db, settings, monkeypatch):
 
     monkeypatch.setattr(report_cache, "heard", heard, raising=False)
     report_cache.generation()  # starts the listener
-    _until(report_cache.live, "the listener hears its ping")
+    wait_until(report_cache.live, **FAST, message="the listener hears its ping")
     yield report_cache
     report_cache.stop()
     del report_cache.payloads
@@ -183,7 +179,11 @@ def test_a_revoked_credential_is_refused_once_the_database_says_so(cached, node_
         actor=Actor.system("test"), credential=AgentCredential.objects.get(node=node)
     )
     started = time.monotonic()
-    _until(lambda: client.post(REPORT, body, format="json").status_code == 401, "the revoked credential is refused")
+    wait_until(
+        lambda: client.post(REPORT, body, format="json").status_code == 401,
+        **FAST,
+        message="the revoked credential is refused",
+    )
     assert time.monotonic() - started < 2.0
 
 
@@ -194,9 +194,9 @@ def test_a_rollout_step_reaches_the_next_report(cached, rollout_on_a):
     def desired():
         return client.post(REPORT, report_of(backend).to_dict(), format="json").json()["desired_config_id"]
 
-    _until(lambda: desired() == config_id, "the serving change is reported")
+    wait_until(lambda: desired() == config_id, **FAST, message="the serving change is reported")
     NodeChange.objects.filter(pk=change.pk).update(status=ChangeStatus.FAILED)
-    _until(lambda: desired() is None, "a change no longer serving is no longer reported")
+    wait_until(lambda: desired() is None, **FAST, message="a change no longer serving is no longer reported")
 
 
 def test_the_nodes_state_drops_its_entry_the_reports_own_writes_do_not(cached, node_a):
@@ -209,7 +209,7 @@ def test_the_nodes_state_drops_its_entry_the_reports_own_writes_do_not(cached, n
     _settled(cached)
     assert cached.get(key) is not None, "the report's own kind of write must not drop the entry"
     Node.objects.filter(pk=node.pk).update(ready=False)
-    _until(lambda: cached.get(key) is None, "the node's readiness drops its entry")
+    wait_until(lambda: cached.get(key) is None, **FAST, message="the node's readiness drops its entry")
 
 
 def test_a_truncate_drops_every_entry(cached, node_a):
@@ -218,7 +218,7 @@ def test_a_truncate_drops_every_entry(cached, node_a):
     assert cached.entries
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE worker_nodechange CASCADE")
-    _until(lambda: not cached.entries, "the TRUNCATE empties the cache")
+    wait_until(lambda: not cached.entries, **FAST, message="the TRUNCATE empties the cache")
 
 
 def test_nothing_is_served_while_the_listener_is_cut_off_and_it_comes_back(cached, node_a):
@@ -233,9 +233,11 @@ def test_nothing_is_served_while_the_listener_is_cut_off_and_it_comes_back(cache
             ["tessera-agent-report-cache"],
         )
         assert cursor.fetchall() == [(True,)]
-    _until(lambda: not cached.live() and cached.get(key) is None, "the lost listener stops the cache")
+    wait_until(
+        lambda: not cached.live() and cached.get(key) is None, **FAST, message="the lost listener stops the cache"
+    )
     assert cached.entries == {}
-    _until(cached.live, "the listener reconnects", seconds=10)
+    wait_until(cached.live, timeout=10, interval=0.01, message="the listener reconnects")
     client.post(REPORT, report_of(backend).to_dict(), format="json")
     assert cached.get(key) is not None
 
