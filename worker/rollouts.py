@@ -89,6 +89,7 @@ def rollout_create(
         obj=rollout,
         after={"nodes": len(changes), "title": rollout.title, "strategy": strategy},
     )
+    services.rollout_announce(rollout, "started", f"by {actor.label}")
     enqueue.rollout_advance(rollout.pk)
     return rollout
 
@@ -171,6 +172,7 @@ def _set_rollout_status(
     before = rollout.status
     rollout.refresh_from_db()
     audit_record(actor=actor, action=f"rollout.{action}", obj=rollout, before={"status": before}, after={"status": new})
+    services.rollout_announce(rollout, new, f"by {actor.label}")
     return rollout
 
 
@@ -319,6 +321,7 @@ def _supersede(rollout_id: int, changes: list[NodeChange], desired: dict) -> set
             message=message,
             now=now,
         )
+        services.rollout_announce(rollout, rollout.status, message[:200])
     return {c.node_id for c in cancelled}
 
 

@@ -7,6 +7,7 @@ rollouts is worker.rollouts.
 """
 
 import functools
+import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,10 @@ from worker.choices import (
 from worker.drivers import driver_for
 from worker.drivers.base import Driver, DriverError, NodeTarget
 from worker.models import NodeChange, NodeRetry, Rollout
+
+# One line per rollout that starts or ends (INFO): what a log, and `make run`'s terminal, say of rollouts; the detail
+# is in the audit log and on the rollout's page.
+rollout_log = logging.getLogger("tessera.rollouts")
 
 # A change not touched for this long while in flight has lost its task (worker crash, lost message): re-step it.
 STEP_STALL_SECONDS = 30
@@ -187,6 +192,13 @@ def _failure_stop(rollout: Rollout, failures: int, succeeded: int) -> str:
     return ""
 
 
+def rollout_announce(rollout: Rollout, what: str, detail: str = "") -> None:
+    """Log that the rollout `what` (started, succeeded, …) once the transaction commits: a rolled-back change never
+    reads as done."""
+    line = f"Rollout #{rollout.pk} {what}: {rollout.title}" + (f" — {detail}" if detail else "")
+    transaction.on_commit(lambda: rollout_log.info(line))
+
+
 def _set_status(rollout: Rollout, status: str, message: str, now) -> None:
     before = rollout.status
     finished = now if status in FINISHED_ROLLOUT_STATUSES else None
@@ -201,6 +213,7 @@ def _set_status(rollout: Rollout, status: str, message: str, now) -> None:
         message=message,
         now=now,
     )
+    rollout_announce(rollout, status, message[:200])
 
 
 def _stop_rollout(rollout: Rollout, status: str, message: str, now, *, hold: bool = False) -> None:

@@ -450,5 +450,7 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
         # The filesystem broker URL has no host by design; kombu warns about it on every connection.
         "kombu.connection": {"level": "ERROR"},
+        # A line per rollout that starts or ends, whatever the root level (worker/services.py).
+        "tessera.rollouts": {"level": "INFO"},
     },
 }

@@ -1,6 +1,7 @@
 """The rollout engine over the agent driver (state comes from node reports): planning, batches, canaries,
 verification, retries under a new name, failures, rollback, pause/resume/cancel, duplicate steps."""
 
+import logging
 import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -105,6 +106,33 @@ def test_rollout_reaches_every_node_with_canary_and_batches(fleet):
     actions = set(AuditEvent.objects.filter(object_type="nodechange").values_list("action", flat=True))
     assert {"change.waiting_for_idle", "change.applying", "change.verifying", "change.succeeded"} <= actions
     assert AuditEvent.objects.filter(action="rollout.succeeded", object_id=str(rollout_id)).exists()
+
+
+def test_a_rollout_logs_one_line_when_it_starts_and_one_when_it_ends_once_committed(
+    fleet, admin_user, caplog, django_capture_on_commit_callbacks
+):
+    """What `make run`'s terminal shows of rollouts (logger tessera.rollouts), and nothing for a rolled-back one."""
+    cluster, _, _ = fleet
+    caplog.set_level(logging.INFO, logger="tessera.rollouts")
+    with django_capture_on_commit_callbacks() as callbacks:
+        (rollout_id,) = reconcile.reconcile()
+        rollout = _run(Rollout.objects.get(pk=rollout_id), cluster)
+    assert [r.getMessage() for r in caplog.records] == []  # nothing committed yet
+    for callback in callbacks:
+        callback()
+    lines = [r.getMessage() for r in caplog.records if r.name == "tessera.rollouts"]
+    assert lines == [
+        f"Rollout #{rollout_id} started: {rollout.title} — by reconcile",
+        f"Rollout #{rollout_id} succeeded: {rollout.title}",
+    ]
+    caplog.clear()
+    actor = Actor.for_user(admin_user)
+    sharing_services.pool_set_profile(actor=actor, pool=rollout.pool, profile=_whole(actor))
+    (second,) = reconcile.reconcile()
+    with django_capture_on_commit_callbacks(execute=True):
+        rollouts.rollout_cancel(actor=actor, rollout=Rollout.objects.get(pk=second))
+    lines = [r.getMessage() for r in caplog.records if r.name == "tessera.rollouts"]
+    assert lines == [f"Rollout #{second} cancelled: {Rollout.objects.get(pk=second).title} — by admin"]
 
 
 def test_batch_size_limits_nodes_in_flight(fleet):
