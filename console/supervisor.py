@@ -4,8 +4,8 @@ A child that exits is started again after a back-off that doubles from `BACKOFF_
 restart is logged with the exit status and written to a status file that `/readyz` and the overview read. A child
 that fails `GIVE_UP_AFTER` times within `FAILURE_WINDOW` seconds is reported loudly and not restarted again; when it is
 an essential part of Tessera the whole stack stops and `run()` returns non-zero, so whatever started `make run` sees
-it. Only SIGINT/SIGTERM stop a healthy stack, and then every child's process group is stopped (TERM, then KILL after
-`STOP_TIMEOUT`), so gunicorn's and Celery's own workers, the simulator and the agents leave no orphan behind.
+it. Only SIGINT/SIGTERM stop a healthy stack: each child is sent TERM (KILL after `STOP_TIMEOUT`), then its whole
+process group KILL, so gunicorn's and Celery's own workers, the simulator and the agents leave no orphan behind.
 
 Why our own and not honcho or supervisord: honcho stops everything when one process exits (the very behaviour this
 replaces) and supervisord is a daemon with its own config and RPC; what `make run` needs is a hundred lines that
@@ -46,6 +46,17 @@ class ChildSpec:
 
 
 @dataclass
+class Chore:
+    """Work the supervisor does itself every `every` seconds while the stack runs (e.g. extend the demo schedule);
+    an exception is logged and the chore tried again at its next turn."""
+
+    name: str
+    every: float
+    run: Callable[[], None]
+    due_at: float = 0.0
+
+
+@dataclass
 class _Child:
     spec: ChildSpec
     proc: subprocess.Popen | None = None
@@ -76,8 +87,11 @@ def backoff_seconds(recent_failures: int) -> float:
 
 
 class Supervisor:
-    def __init__(self, specs: list[ChildSpec], *, status_path: Path, log: Callable[[str], None]):
+    def __init__(
+        self, specs: list[ChildSpec], *, status_path: Path, log: Callable[[str], None], chores: list[Chore] = ()
+    ):
         self.children = {spec.name: _Child(spec) for spec in specs}
+        self.chores = list(chores)
         self.status_path = status_path
         self.log = log
         self._stopping = False
@@ -97,6 +111,7 @@ class Supervisor:
         try:
             while not self._stopping and not self.failed:
                 self._tick(time.monotonic())
+                self._do_chores(time.monotonic())
                 time.sleep(POLL_SECONDS)
         finally:
             for sig, handler in previous.items():
@@ -105,14 +120,17 @@ class Supervisor:
         return 1 if self.failed else 0
 
     def stop_all(self) -> None:
-        """TERM every child's process group, then KILL what is left; `stop_last` children (the simulator) go last,
-        so the watcher and the worker never see their cluster vanish while they shut down."""
+        """TERM every child, then KILL its process group (what it left behind); `stop_last` children (the simulator) go
+        last, so the watcher and the worker never see their cluster vanish while they shut down."""
         self.log("Stopping…")
         children = list(self.children.values())
         for group in ([c for c in children if not c.spec.stop_last], [c for c in children if c.spec.stop_last]):
             live = [c for c in group if c.proc is not None and c.proc.poll() is None]
+            # The leader only: gunicorn and Celery stop their own workers (TERMed behind its back, Celery logs each
+            # as an error); the KILL of the group below takes whatever a leader leaves.
             for child in live:
-                _signal_group(child.proc, signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):
+                    child.proc.send_signal(signal.SIGTERM)
             deadline = time.monotonic() + STOP_TIMEOUT
             for child in live:
                 try:
@@ -161,6 +179,16 @@ class Supervisor:
                 changed = True
         if changed:
             self._write_status()
+
+    def _do_chores(self, now: float) -> None:
+        for chore in self.chores:
+            if now < chore.due_at:
+                continue
+            chore.due_at = now + chore.every
+            try:
+                chore.run()
+            except Exception as exc:  # noqa: BLE001 - a chore failing never stops the stack
+                self.log(f"{chore.name} failed: {exc}")
 
     def _exited(self, child: _Child, now: float) -> None:
         status = child.proc.returncode

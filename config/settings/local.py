@@ -8,7 +8,7 @@ from pathlib import Path
 from django.core.management.utils import get_random_secret_key
 
 from config.settings.base import *  # noqa: F403
-from config.settings.base import DATABASES, LOOPBACK, TESSERA, VAR_DIR, env
+from config.settings.base import DATABASES, LOGGING, LOOPBACK, TESSERA, VAR_DIR, env
 
 
 def _private(path, mode: int) -> None:
@@ -51,3 +51,7 @@ TESSERA = {
     "KUBECONFIG_DIR": env("TESSERA_KUBECONFIG_DIR", default=str(VAR_DIR)),
     "METRICS_URL_ALLOW": [*TESSERA["METRICS_URL_ALLOW"], *LOOPBACK],
 }
+
+# `make run`'s terminal reads as a status: warnings and errors, and the lines of loggers set to INFO in LOGGING (a
+# rollout starting or ending); DJANGO_LOG_LEVEL=INFO shows the rest.
+LOGGING = {**LOGGING, "root": {**LOGGING["root"], "level": env("DJANGO_LOG_LEVEL", default="WARNING")}}

@@ -110,3 +110,17 @@ def test_stopping_leaves_no_grandchild_behind(tmp_path, fast):
     assert _alive(grandchild)
     s.stop_all()
     _wait(lambda: not _alive(grandchild), timeout=10)
+
+
+def test_chores_run_at_their_period_and_one_failing_is_logged_not_fatal(tmp_path):
+    lines, runs = [], []
+
+    def failing():
+        raise RuntimeError("database is locked")
+
+    chores = [sup.Chore("Counting", 10, lambda: runs.append(1)), sup.Chore("Extending the demo schedule", 10, failing)]
+    s = Supervisor([], status_path=tmp_path / "children.json", log=lines.append, chores=chores)
+    for now in (100.0, 105.0, 110.0, 119.0, 120.5):
+        s._do_chores(now)
+    assert len(runs) == 3  # at 100, 110 and 120.5
+    assert lines == ["Extending the demo schedule failed: database is locked"] * 3

@@ -24,20 +24,24 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections
+from django.urls import reverse
 
 from agents.lab import LAB_CLUSTER, LAB_POOL, agent_lab_command
-from console.supervisor import ChildSpec, Supervisor
+from console import demo_schedule
+from console.supervisor import ChildSpec, Chore, Supervisor
 from core.audit import Actor
 from core.embedded import status_path
 from core.roles import Role
 from fleet import services as fleet_services
-from fleet.models import Cluster, Node
+from fleet.models import Cluster, Node, NodePool
 from worker.drivers import driver_for
 from worker.drivers.base import DriverError
 from worker.drivers.kubernetes.api import forget_client
 
 SIM_CLUSTER = "demo-sim"
 SIM_START_SECONDS = 60
+DEMO_EXTEND_SECONDS = 300
 
 
 def _free_port() -> int:
@@ -63,15 +67,18 @@ def _child_env() -> dict[str, str]:
     }
 
 
-def _server_commands(python: str, host: str, port: int) -> dict[str, list[str]]:
-    """The commands of Tessera itself: the web server, a Celery worker and beat."""
+def _server_commands(python: str, host: str, port: int, access_log: Path) -> dict[str, list[str]]:
+    """The commands of Tessera itself: the web server, a Celery worker and beat. The terminal is a status: warnings,
+    errors and rollouts starting or ending (logger tessera.rollouts); requests go to `access_log`, bounded in size
+    (console/access_log.py), and Celery's banners and per-task lines are left out."""
     bindir = os.path.dirname(python)
     return {
         "web": [os.path.join(bindir, "gunicorn"), "config.wsgi", "--bind", f"{host}:{port}", "--workers", "2",
-                "--threads", "4", "--access-logfile", "-", "--log-level", "warning"],
-        "worker": [os.path.join(bindir, "celery"), "-A", "config", "worker", "-l", "INFO", "--concurrency", "2",
-                   "-n", "tessera-worker@%h"],
-        "beat": [os.path.join(bindir, "celery"), "-A", "config", "beat", "-l", "INFO"],
+                "--threads", "4", "--log-level", "warning", "--access-logfile", str(access_log),
+                "--logger-class", "console.access_log.BoundedAccessLog"],
+        "worker": [os.path.join(bindir, "celery"), "-A", "config", "--quiet", "worker", "-l", "WARNING",
+                   "--concurrency", "2", "-n", "tessera-worker@%h"],
+        "beat": [os.path.join(bindir, "celery"), "-A", "config", "--quiet", "beat", "-l", "WARNING"],
     }  # fmt: skip
 
 
@@ -131,6 +138,13 @@ class Command(BaseCommand):
             "--with-seed-demo", action="store_true", help="Also seed the static demo rows into an empty database."
         )
         parser.add_argument("--no-sim", action="store_true", help="Do not start the simulated GPU fleet.")
+        parser.add_argument(
+            "--no-demo-schedule",
+            action="store_true",
+            default=os.environ.get("TESSERA_DEMO_SCHEDULE", "1") == "0",
+            help="No demo schedule: pool demo-day-night, switching every few minutes, is not made (or is switched "
+            "off). Also TESSERA_DEMO_SCHEDULE=0.",
+        )
         parser.add_argument("--sim-nodes", type=int, default=int(os.environ.get("TESSERA_SIM_NODES", "60")))
         parser.add_argument("--sim-port", type=int, default=int(os.environ.get("TESSERA_SIM_PORT", "0")))
         parser.add_argument(
@@ -140,13 +154,19 @@ class Command(BaseCommand):
             help="Simulated node agents in cluster demo-lab (0: none).",
         )
 
-    def handle(self, *args, host, port, with_seed_demo, no_sim, sim_nodes, sim_port, sim_agents, **options):
+    def handle(
+        self, *args, host, port, with_seed_demo, no_sim, no_demo_schedule, sim_nodes, sim_port, sim_agents, **options
+    ):
         login = self._prepare_database(with_seed_demo)
         python, env = sys.executable, _child_env()
         banner: list[str] = []
+        self.demo_schedule = not no_sim and not no_demo_schedule
+        self.demo_pool_path = ""
         specs = [] if no_sim else [self._simulator_spec(python, env, sim_nodes, sim_port or _free_port(), banner)]
         local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-        server = _server_commands(python, host, port)
+        access_log = settings.VAR_DIR / "log" / "access.log"
+        access_log.parent.mkdir(mode=0o700, exist_ok=True)
+        server = _server_commands(python, host, port, access_log)
         # The parts after the web server (the agents first) find it answering.
         specs.append(
             ChildSpec("web", server["web"], env, after_start=lambda p: _wait_for_web(p, f"http://{local}:{port}"))
@@ -159,7 +179,9 @@ class Command(BaseCommand):
             lab = agent_lab_command(python=python, server=f"http://{local}:{port}", count=sim_agents)
             specs.append(ChildSpec("agents", lab, env, essential=False))
             banner.append(f"Agent lab: cluster {LAB_CLUSTER}, {sim_agents} simulated agent nodes in pool {LAB_POOL}")
-        supervisor = Supervisor(specs, status_path=status_path(), log=self.stderr.write)
+        chores = [Chore("Extending the demo schedule", DEMO_EXTEND_SECONDS, self._extend_demo)]
+        chores = chores if self.demo_schedule else []
+        supervisor = Supervisor(specs, status_path=status_path(), log=self.stderr.write, chores=chores)
         try:
             supervisor.start_all()
         except (Exception, KeyboardInterrupt) as exc:
@@ -188,7 +210,18 @@ class Command(BaseCommand):
         self.stdout.write(login)
         for line in banner:
             self.stdout.write(line)
+        if self.demo_pool_path:
+            self.stdout.write(
+                f"Watch a day/night switch: {url.rstrip('/')}{self.demo_pool_path} (pool {demo_schedule.POOL}: "
+                "the next switch, the rollout in progress, what runs until when)"
+            )
         self.stdout.write("API docs: " + url + "api/docs/   Stop: Ctrl-C\n")
+
+    def _extend_demo(self) -> None:
+        close_old_connections()
+        cluster = Cluster.objects.filter(name=SIM_CLUSTER).first()
+        if cluster is not None:
+            demo_schedule.demo_schedule_extend(cluster.pk)
 
     def _simulator_spec(self, python: str, env: dict, nodes: int, port: int, banner: list[str]) -> ChildSpec:
         """The simulated fleet: before each start its old kubeconfig goes; after it, Tessera waits for it, registers
@@ -209,6 +242,7 @@ class Command(BaseCommand):
                     self.stdout.write(f"  {line}")
             except DriverError as exc:  # the fleet still shows; rollouts wait for the ClusterPolicy (the UI says why)
                 self.stderr.write(f"  Could not point the ClusterPolicy at Tessera's ConfigMaps: {exc}")
+            self._seed_demo_schedule(cluster)
 
         self.stdout.write(f"Starting the simulated GPU fleet ({nodes} nodes)…")
         columns = "nvidia.com/gpu.product,nvidia.com/mig.config,nvidia.com/mig.config.state"
@@ -221,6 +255,16 @@ class Command(BaseCommand):
             "simulator", cmd, env, essential=False, stop_last=True,
             before_start=lambda: kubeconfig.unlink(missing_ok=True), after_start=after_start,
         )  # fmt: skip
+
+    def _seed_demo_schedule(self, cluster: Cluster) -> None:
+        """The demo pool and its fast schedule (console/demo_schedule.py); a failure is a warning, never the end."""
+        try:
+            self.stdout.write(demo_schedule.demo_schedule_seed(cluster, enabled=self.demo_schedule))
+        except Exception as exc:  # noqa: BLE001 - the demo around Tessera must not stop it
+            self.stderr.write(f"Could not make the demo schedule: {exc}")
+            return
+        pool = NodePool.objects.filter(cluster=cluster, name=demo_schedule.POOL).first()
+        self.demo_pool_path = reverse("console:pool_detail", args=[pool.pk]) if pool and self.demo_schedule else ""
 
     def _ensure_admin(self) -> str:
         """Create the admin login once: from TESSERA_ADMIN_USERNAME/PASSWORD (refused unless the password validators
