@@ -27,8 +27,10 @@ from sharing import services as sharing_services
 from sharing.choices import BusyPolicy
 from sharing.mig import PRODUCTS
 from sharing.models import SharingProfile
+from worker.choices import LIVE_ROLLOUT_STATUSES
 from worker.drivers.kubernetes.api import api_client, list_all
 from worker.drivers.kubernetes.labels import node_ready, pod_gpu_resources
+from worker.models import Rollout
 
 POOL = "demo-day-night"
 PERIOD_MINUTES = 4  # MIG for the first half of each period, whole GPUs for the second; divides a day
@@ -38,6 +40,7 @@ NODES = 3
 SCHEDULE = f"demo day/night (demo pace: switches every {PERIOD_MINUTES // 2} min)"
 DAY_PROFILE, NIGHT_PROFILE = "demo-mig-slices", "demo-whole-gpus"
 ACTOR = Actor.system("make run (demo schedule)")
+MIG_LABELS = "nvidia.com/mig.config,nvidia.com/mig.config.state"  # what MIG Manager reads and writes (contracts §1)
 DESCRIPTION = (
     "Made by `make run` to show a day/night switch while you watch: its schedule turns over every "
     f"{PERIOD_MINUTES // 2} minutes, a pace for the demo only (a real schedule switches at, say, 08:00 and 20:00). "
@@ -124,6 +127,30 @@ def demo_schedule_extend(cluster_id: int, *, now: datetime | None = None) -> boo
     rows = _rows(day, ZoneInfo(schedule.time_zone), now)
     scheduling_services.schedule_update(actor=ACTOR, schedule=schedule, windows=rows)
     return True
+
+
+def first_look(now: datetime | None = None) -> dict | None:
+    """What the overview points a new user at while the demo schedule runs (None otherwise): its pool and next
+    switch, the rollouts in progress, and the kubectl line that shows MIG Manager's labels on the pool's nodes."""
+    schedule = (
+        Schedule.objects.filter(pool__name=POOL, name=SCHEDULE, enabled=True)
+        .select_related("pool__cluster")
+        .prefetch_related("windows", "exceptions")
+        .first()
+    )
+    if schedule is None:
+        return None
+    coming = windows.next_transition(schedule.to_calendar(), now or timezone.now())
+    to_profile = coming and SharingProfile.objects.filter(pk=coming.to_value[0]).first()
+    pool = schedule.pool
+    return {
+        "pool": pool,
+        "next_at": coming.at if coming else None,
+        "next_profile": to_profile,
+        "rollouts": list(Rollout.objects.filter(status__in=LIVE_ROLLOUT_STATUSES).order_by("-pk")[:3]),
+        "kubectl": f"kubectl --kubeconfig {pool.cluster.kubeconfig_path} get nodes -l '{pool.node_selector}' "
+        f"-L {MIG_LABELS} -w",
+    }
 
 
 def _rows(day_profile: SharingProfile, zone: ZoneInfo, now: datetime) -> list[dict]:

@@ -205,6 +205,40 @@ def wait_until(predicate, *, timeout: float = 60, interval: float = 0.2, message
     raise AssertionError(f"timed out after {timeout}s waiting for {message}")
 
 
+@contextmanager
+def make_run(var_dir: Path, log_path: Path, port: int, *options: str):
+    """`manage.py run_embedded` (`make run`'s command) on the embedded default in `var_dir`, with `options`, until the
+    block ends; yields a function returning its terminal output so far. Then Ctrl-C, and it must stop cleanly."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}
+    env.update(DJANGO_SETTINGS_MODULE="config.settings.local", TESSERA_VAR_DIR=str(var_dir))
+    env.update(TESSERA_ADMIN_PASSWORD=MAKE_RUN_PASSWORD)
+    command = [sys.executable, "manage.py", "run_embedded", "--port", str(port), *options]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        output = lambda: log_path.read_text(errors="replace")  # noqa: E731
+        try:
+            wait_until(lambda: "Tessera is running" in output() or proc.poll() is not None, timeout=120)
+            assert proc.poll() is None, output()
+            assert f"Tessera is running at http://127.0.0.1:{port}/" in output()
+            assert wait_until(lambda: healthz(port), timeout=60, message="the web server to answer") == 200
+            yield output
+        finally:
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(timeout=60)
+    assert code == 0 and "Stopped." in output() and "Traceback" not in output()
+
+
+MAKE_RUN_PASSWORD = "a-long-test-password"
+
+
+def healthz(port: int) -> int | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as reply:
+            return reply.status
+    except OSError:
+        return None
+
+
 def simulated_agent(
     url: str, state_dir: Path, var_dir: Path, *extra: str, seed: int, join_token: str = "", name: str = "agent"
 ) -> tuple[subprocess.Popen, IO[bytes]]:

@@ -5,6 +5,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
+from console.demo_schedule import first_look
 from core.embedded import children_status
 from core.roles import Role
 from core.views import render_table_page, role_required, wants_fragment
@@ -18,6 +19,18 @@ from sharing.models import QoSComplianceReport
 from worker.selectors import failed_nodes_q, next_retry_at_subquery, stuck_nodes_q
 
 UPCOMING_HOURS = 48
+UPCOMING_PER_SCHEDULE = 3  # a schedule switching often (the demo's) leaves room for the others; its page has all
+
+
+def _first_of_each(transitions) -> list:
+    """The first UPCOMING_PER_SCHEDULE transitions of each schedule, in time order."""
+    seen: dict[int, int] = {}
+    kept = []
+    for t in transitions:
+        seen[t.schedule.pk] = seen.get(t.schedule.pk, 0) + 1
+        if seen[t.schedule.pk] <= UPCOMING_PER_SCHEDULE:
+            kept.append(t)
+    return kept
 
 
 def _overview_stats() -> dict:
@@ -55,8 +68,10 @@ def overview(request):
     context = node_table(request)
     if not wants_fragment(request):
         context["stats"] = _overview_stats()
-        context["upcoming"] = upcoming_transitions(hours=UPCOMING_HOURS)
+        context["upcoming"] = _first_of_each(upcoming_transitions(hours=UPCOMING_HOURS))
         context["upcoming_hours"] = UPCOMING_HOURS
+        context["upcoming_per_schedule"] = UPCOMING_PER_SCHEDULE
+        context["first_look"] = first_look() if context["stats"].get("embedded") else None
     return render_table_page(request, "console/overview.html", "node-table", context)
 
 

@@ -5,12 +5,8 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
-import urllib.request
-from contextlib import contextmanager
 
-from tests.processes import ROOT, free_port, wait_until
+from tests.processes import free_port, healthz, make_run, wait_until
 
 LAB_NODES = """
     SELECT node.name, pool.name FROM fleet_node AS node
@@ -33,37 +29,8 @@ def _lab_nodes(database) -> list[tuple[str, str]]:
 LAB_NODES_SEEN = "SELECT MIN(node.last_seen_at) FROM fleet_node AS node WHERE node.name LIKE 'sim-node-%'"
 
 
-@contextmanager
 def _make_run(var_dir, log_path, port):
-    """`manage.py run_embedded` on the embedded default in `var_dir` until the block ends; then Ctrl-C, and it must
-    stop cleanly."""
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}
-    env.update(DJANGO_SETTINGS_MODULE="config.settings.local", TESSERA_VAR_DIR=str(var_dir))
-    env.update(TESSERA_ADMIN_PASSWORD="a-long-test-password")
-    command = [
-        sys.executable,
-        "manage.py",
-        "run_embedded",
-        "--port",
-        str(port),
-        "--sim-nodes",
-        "2",
-        "--sim-agents",
-        "2",
-    ]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        output = lambda: log_path.read_text(errors="replace")  # noqa: E731
-        try:
-            wait_until(lambda: "Tessera is running" in output() or proc.poll() is not None, timeout=120)
-            assert proc.poll() is None, output()
-            assert f"Tessera is running at http://127.0.0.1:{port}/" in output()
-            assert wait_until(lambda: _healthz(port), timeout=60, message="the web server to answer") == 200
-            yield output
-        finally:
-            proc.send_signal(signal.SIGINT)
-            code = proc.wait(timeout=60)
-    assert code == 0 and "Stopped." in output() and "Traceback" not in output()
+    return make_run(var_dir, log_path, port, "--sim-nodes", "2", "--sim-agents", "2")
 
 
 def test_the_embedded_default_starts_the_fleet_and_the_agent_lab_then_stops_on_ctrl_c(tmp_path):
@@ -116,17 +83,9 @@ def test_every_part_killed_comes_back_and_the_stack_keeps_serving(tmp_path):
             )
             assert after["last_exit"] == -signal.SIGKILL
             assert f"{name} exited with signal SIGKILL; restarting in" in output()
-        assert wait_until(lambda: _healthz(port), timeout=60, message="the web server to answer again") == 200
+        assert wait_until(lambda: healthz(port), timeout=60, message="the web server to answer again") == 200
 
 
 def _query(database, sql: str):
     with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
         return db.execute(sql).fetchone()[0]
-
-
-def _healthz(port: int) -> int | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as reply:
-            return reply.status
-    except OSError:
-        return None

@@ -161,7 +161,7 @@ class Command(BaseCommand):
         python, env = sys.executable, _child_env()
         banner: list[str] = []
         self.demo_schedule = not no_sim and not no_demo_schedule
-        self.demo_pool_path = ""
+        self.demo_pool = None
         specs = [] if no_sim else [self._simulator_spec(python, env, sim_nodes, sim_port or _free_port(), banner)]
         local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         access_log = settings.VAR_DIR / "log" / "access.log"
@@ -210,10 +210,15 @@ class Command(BaseCommand):
         self.stdout.write(login)
         for line in banner:
             self.stdout.write(line)
-        if self.demo_pool_path:
+        if self.demo_pool:
+            path = reverse("console:pool_detail", args=[self.demo_pool.pk])
             self.stdout.write(
-                f"Watch a day/night switch: {url.rstrip('/')}{self.demo_pool_path} (pool {demo_schedule.POOL}: "
-                "the next switch, the rollout in progress, what runs until when)"
+                f"Watch a day/night switch: {url.rstrip('/')}{path} (pool {demo_schedule.POOL}: the next switch, the "
+                "rollout in progress, what runs until when)"
+            )
+            self.stdout.write(
+                f"  its nodes: kubectl --kubeconfig {self.demo_pool.cluster.kubeconfig_path} get nodes "
+                f"-l '{self.demo_pool.node_selector}' -L {demo_schedule.MIG_LABELS} -w"
             )
         self.stdout.write("API docs: " + url + "api/docs/   Stop: Ctrl-C\n")
 
@@ -263,8 +268,8 @@ class Command(BaseCommand):
         except Exception as exc:  # noqa: BLE001 - the demo around Tessera must not stop it
             self.stderr.write(f"Could not make the demo schedule: {exc}")
             return
-        pool = NodePool.objects.filter(cluster=cluster, name=demo_schedule.POOL).first()
-        self.demo_pool_path = reverse("console:pool_detail", args=[pool.pk]) if pool and self.demo_schedule else ""
+        pool = NodePool.objects.filter(cluster=cluster, name=demo_schedule.POOL).select_related("cluster").first()
+        self.demo_pool = pool if self.demo_schedule else None
 
     def _ensure_admin(self) -> str:
         """Create the admin login once: from TESSERA_ADMIN_USERNAME/PASSWORD (refused unless the password validators
