@@ -19,7 +19,7 @@ from sharing.models import QoSComplianceReport
 from worker.selectors import failed_nodes_q, next_retry_at_subquery, stuck_nodes_q
 
 UPCOMING_HOURS = 48
-UPCOMING_PER_SCHEDULE = 3  # a schedule switching often (the demo's) leaves room for the others; its page has all
+UPCOMING_PER_SCHEDULE = 6  # a schedule switching often (the demo's) leaves room for the others; its page has all
 
 
 def _first_of_each(transitions) -> list:

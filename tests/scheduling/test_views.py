@@ -414,6 +414,21 @@ def test_delete_returns_the_pool_to_its_default(client, admin_user, actor, pool,
 # --- the overview's upcoming changes ---------------------------------------------------------------------------
 
 
+def test_the_overview_lists_six_upcoming_changes_of_a_schedule_at_most(client, viewer, actor, pool, profiles):
+    """A schedule with a window every hour (the demo of `make run` switches every 2 minutes) leaves the overview
+    readable: its first six changes, the rest on its own page."""
+    mig, whole = profiles
+    hourly = [
+        {"name": f"h{hour}", "weekdays": list(range(7)), "start": time(hour, 0), "end": time(hour, 30), "profile": mig}
+        for hour in range(24)
+    ]
+    services.schedule_create(actor=actor, pool=pool, name="hourly", baseline_profile=whole, windows=hourly)
+    login(client, viewer)
+    html = client.get(reverse("console:overview")).content.decode()
+    section = html[html.index("upcoming-heading") : html.index("nodes-heading")]
+    assert section.count("<tr>") == 1 + 6 and "at most 6 per schedule" in section
+
+
 def test_overview_lists_upcoming_changes(client, viewer, actor, pool, profiles):
     login(client, viewer)
     html = client.get(reverse("console:overview")).content.decode()
