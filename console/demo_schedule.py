@@ -145,6 +145,7 @@ def first_look(now: datetime | None = None) -> dict | None:
     pool = schedule.pool
     return {
         "pool": pool,
+        "pace_minutes": PERIOD_MINUTES // 2,
         "next_at": coming.at if coming else None,
         "next_profile": to_profile,
         "rollouts": list(Rollout.objects.filter(status__in=LIVE_ROLLOUT_STATUSES).order_by("-pk")[:3]),

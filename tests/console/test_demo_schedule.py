@@ -75,6 +75,11 @@ def test_the_demo_pool_takes_idle_mig_nodes_and_its_schedule_switches_every_two_
     demo.demo_schedule_seed(sim_cluster)  # a restart of make run: nothing new
     assert AuditEvent.objects.count() == audited
 
+    look = demo.first_look(now)  # what the overview points at
+    assert look["pool"] == schedule.pool and look["next_at"] == changes[0].at
+    assert look["next_profile"].pk == changes[0].to_value[0]
+    assert f"get nodes -l '{schedule.pool.node_selector}' -L {demo.MIG_LABELS} -w" in look["kubectl"]
+
 
 @pytest.mark.django_db
 def test_the_windows_are_written_again_before_they_run_out_and_the_one_in_force_stays(sim, sim_cluster):
