@@ -22,6 +22,7 @@ from fleet import services as fleet_services
 from fleet.models import Cluster, NodePool
 from scheduling import services as scheduling_services
 from scheduling import windows
+from scheduling.kueue import kueue_binding_set
 from scheduling.models import Schedule
 from sharing import services as sharing_services
 from sharing.choices import BusyPolicy
@@ -40,6 +41,9 @@ NODES = 3
 SCHEDULE = f"demo day/night (demo pace: switches every {PERIOD_MINUTES // 2} min)"
 DAY_PROFILE, NIGHT_PROFILE = "demo-mig-slices", "demo-whole-gpus"
 ACTOR = Actor.system("make run (demo schedule)")
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta1"
+CLUSTER_QUEUE = POOL  # a ClusterQueue of the simulator whose GPU quota Tessera keeps in step with the pool
+KUEUE_LEAD_MINUTES = 1  # quota of vanishing resources lowered a minute before each switch (the default is 15)
 MIG_LABELS = "nvidia.com/mig.config,nvidia.com/mig.config.state"  # what MIG Manager reads and writes (contracts §1)
 DESCRIPTION = (
     "Made by `make run` to show a day/night switch while you watch: its schedule turns over every "
@@ -96,6 +100,8 @@ def _create(cluster: Cluster, product: str, nodes: list[str]) -> Schedule:
         node_selector=f"kubernetes.io/hostname in ({','.join(nodes)})",
     )
     day, night = _profiles(product)
+    _cluster_queue(cluster)
+    kueue_binding_set(actor=ACTOR, pool=pool, cluster_queues=[CLUSTER_QUEUE], lead_minutes=KUEUE_LEAD_MINUTES)
     return scheduling_services.schedule_create(
         actor=ACTOR,
         pool=pool,
@@ -159,6 +165,24 @@ def _rows(day_profile: SharingProfile, zone: ZoneInfo, now: datetime) -> list[di
         {"name": "day", "weekdays": [weekday], "start": start, "end": end, "profile": day_profile, "qos_policy": None}
         for weekday, start, end in pace_windows(now, zone)
     ]
+
+
+def _cluster_queue(cluster: Cluster) -> None:
+    """ClusterQueue `demo-day-night` in the simulated cluster (Kueue's v1beta1 kind), unless it exists: Tessera
+    writes its GPU quota, never creates it (docs/kueue.md)."""
+    custom = client.CustomObjectsApi(api_client(cluster))
+    try:
+        custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", CLUSTER_QUEUE)
+    except client.ApiException as exc:
+        if exc.status != 404:
+            raise
+        body = {
+            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+            "kind": "ClusterQueue",
+            "metadata": {"name": CLUSTER_QUEUE},
+            "spec": {"namespaceSelector": {}},
+        }
+        custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", body)
 
 
 def _profiles(product: str) -> tuple[SharingProfile, SharingProfile]:

@@ -1,6 +1,7 @@
 """A new user's first minutes with a fresh `make run` (its real command, in a fresh var directory): the overview leads
 to the demo pool, whose schedule (demo pace) previews a switch, runs it node by node and says what runs until when,
-while MIG Manager's labels change in the simulator; and the terminal stays a status, with no line per request.
+while MIG Manager's labels change in the simulator and the Kueue quota follows; and the terminal stays a status,
+with no line per request.
 
 One stack for the module: the switch comes within the demo's 2 minutes, the terminal is read after it."""
 
@@ -94,6 +95,17 @@ def test_the_demo_pool_previews_its_scheduled_switch_then_runs_it_node_by_node(p
     assert {state for _, state in after.values()} == {"success"}
     assert all(after[n][0] != before[n][0] for n in nodes), (before, after)
     assert re.search(rf"Rollout #\d+ started: {POOL} → {next_profile} \(3 nodes\) — by demo day/night", output())
+
+    # The Kueue quota the pool is bound to moves with the layout: the resource of the new profile is written.
+    resource = "nvidia.com/gpu" if next_profile == "demo-whole-gpus" else "nvidia.com/mig-1g.10gb"
+    page.goto(pool_url)
+
+    def written() -> bool:
+        page.reload()
+        row = page.locator("#kueue-quota tr", has=page.get_by_text(resource, exact=True))
+        return row.count() == 1 and row.locator("td").last.inner_text().strip() not in ("0", "—", "")
+
+    wait_until(written, timeout=90, interval=2, message=f"Kueue quota of {resource} written")
 
 
 def test_a_minute_of_make_run_writes_no_line_per_request_to_its_terminal(stack):

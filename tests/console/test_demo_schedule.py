@@ -10,10 +10,17 @@ from kubernetes import client
 
 from console import demo_schedule as demo
 from core.models import AuditEvent
+from fleet import services as fleet_services
 from fleet.labels import parse_selector
 from scheduling import windows
-from scheduling.models import Schedule
+from scheduling.models import KueueBinding, Schedule
+from tests.integration.test_rollout_faults import drive
+from worker import reconcile
+from worker.drivers import driver_for
 from worker.drivers.kubernetes.labels import pod_gpu_resources
+from worker.inventory.cluster import sync_cluster_full
+from worker.kueue import kueue_sync
+from worker.models import Rollout
 
 UTC_ZONE = ZoneInfo("UTC")
 
@@ -79,6 +86,33 @@ def test_the_demo_pool_takes_idle_mig_nodes_and_its_schedule_switches_every_two_
     assert look["pool"] == schedule.pool and look["next_at"] == changes[0].at
     assert look["next_profile"].pk == changes[0].to_value[0]
     assert f"get nodes -l '{schedule.pool.node_selector}' -L {demo.MIG_LABELS} -w" in look["kubectl"]
+
+
+@pytest.mark.django_db
+def test_the_demo_pool_is_bound_to_a_cluster_queue_whose_quota_follows_its_layout(sim, custom, sim_cluster):
+    demo.demo_schedule_seed(sim_cluster)
+    binding = KueueBinding.objects.get(pool__name=demo.POOL)
+    assert (binding.cluster_queues, binding.lead_minutes) == ([demo.CLUSTER_QUEUE], demo.KUEUE_LEAD_MINUTES)
+    driver_for(sim_cluster).adopt_operator_configs()  # as make run does
+    sync_cluster_full(sim_cluster)  # the watcher's view of the nodes, then the pool's members
+    fleet_services.pool_apply_selector(pool=binding.pool)
+    assert binding.pool.nodes.count() == demo.NODES
+    calendar = Schedule.objects.get(pool=binding.pool).to_calendar()
+    now = timezone.now()
+    # Just after the last switch (more than the lead time before the next one), with the nodes switched.
+    at = windows.transitions(calendar, now - timedelta(minutes=5), now)[-1].at + timedelta(seconds=1)
+    (rollout_id,) = reconcile.reconcile(at=at)
+    assert drive(Rollout.objects.get(pk=rollout_id), sim).status == "succeeded"
+    sync_cluster_full(sim_cluster)
+    assert kueue_sync(binding.pool_id, at=at) == {demo.CLUSTER_QUEUE: "written"}
+    queue = custom.get_cluster_custom_object(demo.KUEUE_GROUP, demo.KUEUE_VERSION, "clusterqueues", demo.CLUSTER_QUEUE)
+    (group,) = queue["spec"]["resourceGroups"]
+    (flavor,) = group["flavors"]
+    assert flavor["name"].startswith(f"tessera-{demo.POOL}-")
+    quota = {r["name"]: r["nominalQuota"] for r in flavor["resources"]}
+    day = windows.value_at(calendar, at) != calendar.baseline
+    wanted = {"nvidia.com/mig-1g.10gb": "168"} if day else {"nvidia.com/gpu": "24"}  # 3 H100 nodes × 8 GPUs
+    assert {k: v for k, v in quota.items() if v != "0"} == wanted
 
 
 @pytest.mark.django_db
