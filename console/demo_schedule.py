@@ -23,7 +23,7 @@ from fleet.models import Cluster, NodePool
 from scheduling import services as scheduling_services
 from scheduling import windows
 from scheduling.kueue import kueue_binding_set
-from scheduling.models import Schedule
+from scheduling.models import KueueBinding, Schedule
 from sharing import services as sharing_services
 from sharing.choices import BusyPolicy
 from sharing.mig import PRODUCTS
@@ -70,10 +70,17 @@ def pace_windows(now: datetime, zone: ZoneInfo, *, period: int = PERIOD_MINUTES,
 def demo_schedule_seed(cluster: Cluster, *, enabled: bool = True) -> str:
     """Make the demo pool, its two profiles and its schedule on the simulated cluster once, then keep its windows
     ahead; with `enabled` False the schedule, if any, is switched off (and on again by the next start without it).
-    A pool whose schedule someone deleted is left alone. Returns a line for the terminal."""
+    Its Kueue binding follows suit. A pool whose schedule someone deleted is left alone. Returns a line for the
+    terminal."""
     schedule = Schedule.objects.filter(pool__cluster=cluster, pool__name=POOL).first()
     if schedule is not None and schedule.enabled != enabled:
         scheduling_services.schedule_update(actor=ACTOR, schedule=schedule, enabled=enabled)
+        binding = KueueBinding.objects.filter(pool=schedule.pool, cluster_queues=[CLUSTER_QUEUE]).first()
+        if binding is not None:  # the quota stops following too (what was written stays)
+            kueue_binding_set(
+                actor=ACTOR, pool=schedule.pool, cluster_queues=[CLUSTER_QUEUE], lead_minutes=binding.lead_minutes,
+                enabled=enabled,
+            )  # fmt: skip
     if not enabled:
         return "Demo schedule: off (--no-demo-schedule)"
     if schedule is None:

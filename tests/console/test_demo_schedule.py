@@ -138,6 +138,8 @@ def test_no_demo_schedule_switches_it_off_and_a_normal_start_back_on(sim, sim_cl
     demo.demo_schedule_seed(sim_cluster)
     demo.demo_schedule_seed(sim_cluster, enabled=False)
     assert Schedule.objects.get(pool__name=demo.POOL).enabled is False
+    assert KueueBinding.objects.get(pool__name=demo.POOL).enabled is False
     assert demo.demo_schedule_extend(sim_cluster.pk) is False  # a disabled schedule is not extended
     demo.demo_schedule_seed(sim_cluster)
     assert Schedule.objects.get(pool__name=demo.POOL).enabled is True
+    assert KueueBinding.objects.get(pool__name=demo.POOL).enabled is True
