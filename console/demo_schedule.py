@@ -1,7 +1,7 @@
 """The demo schedule of `make run`: pool demo-day-night on the simulated cluster — a few idle nodes of one
 MIG-capable product — whose day/night schedule switches every few minutes, so that a new user sees, within minutes,
-the preview of the coming switch, the rollout node by node, MIG Manager's labels change and the pool page say what
-runs until when.
+the preview of the coming switch, the rollout node by node, MIG Manager's labels change, the pool's Kueue quota
+follow (ClusterQueue `demo-day-night`, made in the simulator) and the pool page say what runs until when.
 
 The pace is a demo's only, and it is plain schedule data: MIG windows of `PERIOD_MINUTES / 2` starting every
 `PERIOD_MINUTES` on the wall clock, written for the coming `HORIZON` and extended by `make run` while it runs
