@@ -209,11 +209,15 @@ def plan_apply(
                 )
         try:
             with transaction.atomic(), audit_collected() as events:
-                before = {p.pk: pool_nodes(p, at=timezone.now()) for p in _affected_pools(result.changes)}
+                # The impact is the plan's (a dry run): an apply answers what it changed, and the reconcile loop
+                # turns that into rollouts.
+                before = (
+                    {p.pk: pool_nodes(p, at=timezone.now()) for p in _affected_pools(result.changes)} if dry_run else {}
+                )
                 for change in result.changes:
                     _carry_out(actor, change, desired.get(change.key, (None, None))[1])
-                result.impact = _impact(result.changes, before)
                 if dry_run or not result.changes:
+                    result.impact = _impact(result.changes, before)
                     raise _DryRun
         except _DryRun:
             return result
