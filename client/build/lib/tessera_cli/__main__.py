@@ -1,5 +1,0 @@
-import sys
-
-from tessera_cli.main import main
-
-sys.exit(main())
