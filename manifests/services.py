@@ -262,22 +262,25 @@ def _values(kind, doc: dict, names) -> dict:
     return {f: doc[f] for f in names if f in kind.fields}
 
 
-def _apply_qos(actor: Actor, doc: dict) -> None:
-    values = _values(QOS, doc, sharing_services.QOS_FIELDS)
-    policy = QoSPolicy.objects.filter(name=doc["name"]).first()
-    if policy is None:
-        sharing_services.qos_policy_create(actor=actor, **values)
+def _apply_named(actor: Actor, doc: dict, *, kind, model, fields, create, update, keyword: str) -> None:
+    """A QoS policy or a profile: created, or updated in place, by its service."""
+    values = _values(kind, doc, fields)
+    current = model.objects.filter(name=doc["name"]).first()
+    if current is None:
+        create(actor=actor, **values)
     else:
-        sharing_services.qos_policy_update(actor=actor, policy=policy, **values)
+        update(actor=actor, **{keyword: current}, **values)
+
+
+def _apply_qos(actor: Actor, doc: dict) -> None:
+    _apply_named(actor, doc, kind=QOS, model=QoSPolicy, fields=sharing_services.QOS_FIELDS, keyword="policy",
+                 create=sharing_services.qos_policy_create, update=sharing_services.qos_policy_update)  # fmt: skip
 
 
 def _apply_profile(actor: Actor, doc: dict) -> None:
-    values = _values(PROFILE, doc, sharing_services.PROFILE_FIELDS)
-    profile = SharingProfile.objects.filter(name=doc["name"]).first()
-    if profile is None:
-        sharing_services.profile_create(actor=actor, **values)
-    else:
-        sharing_services.profile_update(actor=actor, profile=profile, **values)
+    _apply_named(actor, doc, kind=PROFILE, model=SharingProfile, fields=sharing_services.PROFILE_FIELDS,
+                 keyword="profile", create=sharing_services.profile_create,
+                 update=sharing_services.profile_update)  # fmt: skip
 
 
 def _apply_pool(actor: Actor, doc: dict) -> None:
