@@ -3,6 +3,7 @@ FROM python:3.11-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 DJANGO_SETTINGS_MODULE=config.settings.production
 WORKDIR /app
 COPY requirements/ requirements/
+COPY client/ client/
 RUN pip install --no-cache-dir -r requirements/base.txt
 COPY . .
 RUN DJANGO_SECRET_KEY=build-only DATABASE_URL=postgres://build@localhost/build \

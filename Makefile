@@ -11,11 +11,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed-base: requirements/base.txt | $(BIN)/python
+# requirements/base.txt installs the `tessera` client from client/ too: a change there installs it again.
+CLIENT := client/pyproject.toml $(wildcard client/tessera_cli/*)
+
+$(VENV)/.installed-base: requirements/base.txt $(CLIENT) | $(BIN)/python
 	$(BIN)/pip install -q -r requirements/base.txt
 	@touch $@
 
-$(VENV)/.installed-dev: requirements/base.txt requirements/dev.txt | $(BIN)/python
+$(VENV)/.installed-dev: requirements/base.txt requirements/dev.txt $(CLIENT) | $(BIN)/python
 	$(BIN)/pip install -q -r requirements/dev.txt
 	@touch $@ $(VENV)/.installed-base
 
@@ -48,7 +51,7 @@ prometheus:
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/lint-imports --no-cache
+	PYTHONPATH=client $(BIN)/lint-imports --no-cache  # the client from its source (client/)
 
 test: install-dev chromium prometheus lint
 	DJANGO_SETTINGS_MODULE=config.settings.test $(BIN)/pytest $(PYTEST_ARGS)

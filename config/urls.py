@@ -17,6 +17,7 @@ api_v1 = [
     path("", include("scheduling.api.urls")),
     path("", include("worker.api.urls")),
     path("", include("capacity.api.urls")),
+    path("", include("manifests.api.urls")),
 ]
 
 handler404 = core_views.page_not_found

@@ -212,6 +212,7 @@ AUDIT_OBJECT_TYPES = (
     "agentjointoken",
     "kueuebinding",
     "user",
+    "config",  # a config apply (manifests): one event listing every change
 )
 _MISSING = object()
 AUDIT_DIFF_ROWS = 6

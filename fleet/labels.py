@@ -2,6 +2,7 @@
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 _KEY = r"[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?"
 _VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
@@ -44,8 +45,10 @@ def _split(selector: str) -> list[str]:
     return [p for p in (p.strip() for p in parts) if p]
 
 
+@lru_cache(maxsize=4096)
 def parse_selector(selector: str) -> tuple[Requirement, ...]:
-    """Parse `k=v, k!=v, k in (a,b), k notin (a), k, !k`; raises ValueError naming the bad term."""
+    """Parse `k=v, k!=v, k in (a,b), k notin (a), k, !k`; raises ValueError naming the bad term. Kept per selector
+    (immutable results): checking a new pool against every other parses each of theirs again."""
     requirements = []
     for term in _split(selector or ""):
         if m := _SET_RE.match(term):

@@ -6,6 +6,7 @@ from dataclasses import astuple, dataclass, fields
 from datetime import datetime
 
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from core.audit import Actor, audit_record
@@ -237,7 +238,8 @@ def pool_overlaps(*, cluster: Cluster, node_selector: str, exclude: NodePool | N
     if not others:
         return []
     shared: dict[int, list[str]] = {pk: [] for pk in others}
-    nodes = Node.objects.live().filter(cluster=cluster).order_by("name").values_list("name", "labels", "pool_id")
+    nodes = _narrowed(Node.objects.live().filter(cluster=cluster), requirements)
+    nodes = nodes.order_by("name").values_list("name", "labels", "pool_id")
     for name, labels, pool_id in nodes.iterator(chunk_size=2000):
         if not selector_matches(requirements, labels):
             continue
@@ -250,6 +252,17 @@ def pool_overlaps(*, cluster: Cluster, node_selector: str, exclude: NodePool | N
         if shared[pk] or witness is not None:
             overlaps.append(PoolOverlap(pool, tuple(shared[pk]), witness))
     return overlaps
+
+
+def _narrowed(nodes, requirements, also: Q | None = None):
+    """`nodes` less those the selector cannot match, by its first `key in (…)` term (`key=value` is one) in SQL, and
+    those `also` keeps: reading every node of the cluster for each pool made creating many pools quadratic (bench
+    B8). The selector still decides on each node read."""
+    for requirement in requirements:
+        if requirement.operator == "in" and "__" not in requirement.key:
+            matching = Q(**{f"labels__{requirement.key}__in": sorted(requirement.values)})
+            return nodes.filter(matching | also if also is not None else matching)
+    return nodes
 
 
 def _refuse_overlaps(*, cluster: Cluster, node_selector: str, exclude: NodePool | None = None) -> None:
@@ -362,7 +375,9 @@ def pool_apply_selector(*, pool: NodePool) -> int:
     selector_pools = _selector_pools(pool.cluster_id)
     before = _member_names(pool)
     member_ids, leaving_ids = [], []
-    for pk, labels, pool_id in Node.objects.live().filter(cluster=pool.cluster_id).values_list("pk", "labels", "pool"):
+    nodes = Node.objects.live().filter(cluster=pool.cluster_id)
+    nodes = _narrowed(nodes, parse_selector(pool.node_selector), also=Q(pool=pool))
+    for pk, labels, pool_id in nodes.values_list("pk", "labels", "pool"):
         # As inventory_record decides it, so the two never pass a node back and forth between overlapping pools.
         if _pool_for(labels, selector_pools, pool_id) == pool.pk:
             member_ids.append(pk)

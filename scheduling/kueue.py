@@ -159,10 +159,23 @@ def transition_quota(pool: NodePool, transition: ScheduledTransition) -> list[qu
 
 def profile_quota(pool: NodePool, profile, *, at=None) -> list[quota.QuotaChange]:
     """Quota before → after applying `profile` to every live node of the pool (the profile preview)."""
-    nodes = pool_nodes(pool, at=at or timezone.now())
-    spec = _spec(profile, pool.cluster.mig_strategy)
-    nodes = [replace(node, next=spec) for node in nodes]
-    return quota.transition_changes(pool.name, nodes, quota.covered(nodes, [*schedule_specs(pool), spec]))
+    return quota_steps(pool, pool_nodes(pool, at=at or timezone.now()), [profile])[0]
+
+
+def quota_steps(pool: NodePool, nodes: list[quota.PoolNode], profiles: list) -> list[list[quota.QuotaChange]]:
+    """Quota before → after each of `profiles` put in force in turn on `nodes` (pool_nodes, read before the first;
+    None: no step): a config plan's change now, then at the next switch."""
+    specs = [*schedule_specs(pool)]
+    steps = []
+    for profile in profiles:
+        if profile is None:
+            steps.append([])
+            continue
+        spec = _spec(profile, pool.cluster.mig_strategy)
+        moved = [replace(node, next=spec) for node in nodes]
+        steps.append(quota.transition_changes(pool.name, moved, quota.covered(moved, [*specs, spec])))
+        nodes = [replace(node, now=spec) for node in nodes]
+    return steps
 
 
 def quota_text(changes: list[quota.QuotaChange]) -> str:

@@ -1,7 +1,5 @@
 """Schedules: per pool, windows of the week (in the schedule's own time zone) that switch the sharing profile."""
 
-import zoneinfo
-
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.urls import reverse
@@ -14,7 +12,7 @@ from sharing.models import QoSPolicy, SharingProfile
 
 
 def validate_time_zone(value: str) -> None:
-    if value not in zoneinfo.available_timezones():
+    if value not in windows.time_zones():
         raise ValidationError(f"{value!r} is not an IANA time zone (e.g. Europe/Berlin).")
 
 

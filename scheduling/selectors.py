@@ -445,6 +445,29 @@ def schedule_impact(schedule: Schedule, window_rows: list[dict], exception_rows:
     return changes
 
 
+def pool_impact(pool: NodePool, *, now=None) -> list[ScheduleChange]:
+    """What the pool's desired state as saved makes its unpinned nodes do, against what they run now: its enabled
+    schedule's impact (at once and at the next transition, `schedule_impact`), else its default profile's at once.
+    The impact of a config plan, read inside the plan's transaction."""
+    now = now or timezone.now()
+    schedule = (
+        Schedule.objects.filter(pool=pool, enabled=True)
+        .select_related("pool", "baseline_profile", "baseline_qos_policy")
+        .prefetch_related("exceptions", "windows__profile", "windows__qos_policy")
+        .first()
+    )
+    if schedule is not None:
+        rows = [
+            {"name": w.name, "weekdays": w.weekdays, "start": w.start, "end": w.end, "profile": w.profile,
+             "qos_policy": w.qos_policy}
+            for w in schedule.windows.all()
+        ]  # fmt: skip
+        return schedule_impact(schedule, rows, [{"date": e.date} for e in schedule.exceptions.all()], now=now)
+    default = PoolSharing.objects.filter(pool=pool).select_related("profile", "qos_policy").first()
+    profile, qos = (default.profile, default.qos_policy) if default else (None, None)
+    return [_change("now", now, profile, qos, pool.nodes.live().filter(pin__isnull=True))]
+
+
 def _change(when: str, at, profile, qos, nodes) -> ScheduleChange:
     if profile is None:
         return ScheduleChange(when, at, None, qos)

@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "worker",
     "capacity",
     "agents",
+    "manifests",
     "console",
 ]
 

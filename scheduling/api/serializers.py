@@ -1,6 +1,5 @@
 """Schedules as JSON, windows and exception dates nested; transitions with UTC and local times."""
 
-import zoneinfo
 from datetime import time, timedelta
 
 from django.utils import timezone
@@ -8,6 +7,7 @@ from rest_framework import serializers
 
 from core.api.fields import RefField, ref_to
 from fleet.models import NodePool
+from scheduling import windows
 from scheduling.assign import AssignMode
 from scheduling.models import Schedule, ScheduleException, ScheduleWindow
 from sharing.api import serializers as sharing_serializers
@@ -84,7 +84,7 @@ class ScheduleSerializer(serializers.ModelSerializer):
         extra_kwargs = {"time_zone": {"validators": []}}
 
     def validate_time_zone(self, value):
-        if value not in zoneinfo.available_timezones():
+        if value not in windows.time_zones():
             raise serializers.ValidationError(f"{value!r} is not an IANA time zone (e.g. Europe/Berlin).")
         return value
 

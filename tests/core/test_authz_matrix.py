@@ -140,6 +140,11 @@ ACCESS: dict[str, Access] = {
     "kueuebinding-list": reads(POST=ADMIN),
     "kueuebinding-detail": crud("kueue"),
     "kueuebinding-take-over": writes("kueue", POST=ADMIN),
+    # --- API: config as code (docs/config-as-code.md) -------------------------------------------------------------
+    "config-documents": reads(),
+    "config-schema": reads(),
+    "config-plan": writes(POST=VIEWER),  # a plan: carried out and rolled back, nothing kept
+    "config-apply": writes(POST=ADMIN),
     # --- schema, docs, probes, metrics ------------------------------------------------------------------------------
     "api-schema": reads(),  # or anyone with TESSERA_API_DOCS_PUBLIC (tests/core/test_access.py)
     "api-docs": reads(),
