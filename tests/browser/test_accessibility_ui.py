@@ -7,11 +7,12 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from core.audit import Actor
-from fleet.models import Node
+from fleet.models import Node, NodePool
 from scheduling import services as schedule_services
 from sharing import services as sharing_services
 from tests.browser import test_workflows_ui as workflows
 from tests.browser.test_workflows_ui import H100, sign_in
+from tests.factories import GpuFactory, NodeFactory
 from worker.models import Rollout
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -195,3 +196,141 @@ def test_pages_in_their_usual_states_have_no_wcag_violation(page, live_server, e
     expect(page.get_by_role("navigation", name="Main")).to_be_visible()
     audit.check("phone: Menu open")
     audit.assert_clean()
+
+
+def focus_is_visible(page) -> bool:
+    """Whether the focused element draws a focus indicator: an outline or a ring (box-shadow) of its own."""
+    return page.evaluate(
+        """() => { const s = getComputedStyle(document.activeElement);
+                   return (s.outlineStyle !== "none" && parseFloat(s.outlineWidth) > 0) || s.boxShadow !== "none"; }"""
+    )
+
+
+OUTER = "document.activeElement.outerHTML"
+
+
+def tab_to(page, target, *, limit=80, key="Tab"):
+    """Press Tab (or `key`) until `target` (a locator) has the focus; every stop on the way must show the focus."""
+    where = "the page's start"
+    if target.evaluate("el => el === document.activeElement"):
+        return
+    for _ in range(limit):
+        page.keyboard.press(key)
+        assert focus_is_visible(page), f"no visible focus after {where}: " + page.evaluate(OUTER)[:200]
+        where = page.evaluate(OUTER)[:200]
+        if target.evaluate("el => el === document.activeElement"):
+            return
+    raise AssertionError(f"{target} not reached in {limit} presses of {key}")
+
+
+def enter_to_next_page(page):
+    """Enter on the focused link or button, and wait for the page it leads to."""
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
+
+
+@pytest.fixture
+def spare_nodes(fleet):
+    """Two H100 nodes of prod-east in no pool yet, for the admin to make a pool of."""
+    for i in range(2):
+        node = NodeFactory(
+            cluster=fleet.cluster, pool=None, name=f"trn-h100-{i:02d}", observed_device_plugin_config="whole"
+        )
+        for index in range(2):
+            GpuFactory(node=node, index=index, product=H100)
+    return sharing_services.profile_create(
+        actor=Actor.system("test"),
+        name="mig-1g-x7",
+        mode="mig",
+        target_products=[H100],
+        mig_layouts={"all": {"1g.10gb": 7}},
+    )
+
+
+def test_an_admin_creates_a_pool_assigns_a_profile_and_pauses_its_rollout_with_the_keyboard_alone(
+    page, live_server, spare_nodes
+):
+    profile = spare_nodes
+    sign_in(page, live_server, "ui-admin", "/pools/")
+    keys = page.keyboard
+    # The first stop is the skip link, shown when focused; it moves the focus to the page's content.
+    keys.press("Tab")
+    skip = page.get_by_role("link", name="Skip to content")
+    expect(skip).to_be_focused()
+    expect(skip).to_be_in_viewport()
+    keys.press("Enter")
+    expect(page.locator("main")).to_be_focused()
+    tab_to(page, page.get_by_role("link", name="New pool"))
+    enter_to_next_page(page)
+
+    tab_to(page, page.get_by_label("Name", exact=True))
+    keys.type("training")
+    tab_to(page, page.get_by_label("Cluster"))
+    keys.type("prod-east")  # a closed select picks the option its typed name starts
+    expect(page.get_by_label("Cluster")).to_have_value(str(Node.objects.get(name="trn-h100-00").cluster_id))
+    tab_to(page, page.get_by_label("Explicit members"))
+    keys.type("trn-h100-00, trn-h100-01")
+    expect(page.get_by_label("Explicit members")).to_be_focused()  # the members' live preview took no focus
+    tab_to(page, page.get_by_role("button", name="Create pool"))
+    enter_to_next_page(page)
+    expect(page.get_by_role("heading", name="training", level=1)).to_be_visible()
+    pool = NodePool.objects.get(name="training")
+    assert sorted(pool.nodes.values_list("name", flat=True)) == ["trn-h100-00", "trn-h100-01"]
+
+    # To the profile through the main navigation, then its "Assign to a pool" form.
+    tab_to(page, page.get_by_role("navigation", name="Main").get_by_role("link", name="Profiles"))
+    enter_to_next_page(page)
+    tab_to(page, page.get_by_role("link", name=profile.name))
+    enter_to_next_page(page)
+    tab_to(page, page.get_by_label("Pool", exact=True))
+    keys.type("prod-east / training")
+    expect(page.get_by_label("Pool", exact=True)).to_have_value(str(pool.pk))
+    tab_to(page, page.get_by_role("button", name="Preview impact").first)
+    enter_to_next_page(page)
+    expect(page.get_by_role("heading", level=1)).to_contain_text("on pool training")
+
+    tab_to(page, page.get_by_label("Also roll out now", exact=False))
+    keys.press("Space")
+    expect(page.get_by_label("Batch size")).to_be_visible()
+    tab_to(page, page.get_by_label("Batch size"))
+    keys.press("Control+A")
+    keys.type("1")
+    tab_to(page, page.get_by_role("button", name="Assign to pool"))
+    enter_to_next_page(page)
+    expect(page.get_by_role("heading", level=1)).to_contain_text("training → mig-1g-x7")
+    rollout = Rollout.objects.get(pool=pool)
+    assert rollout.batch_size == 1
+
+    # Pause over htmx: the focus stays on the control, now Resume, and the 2 s refreshes leave it there.
+    tab_to(page, page.get_by_role("button", name="Pause"))
+    keys.press("Enter")
+    resume = page.get_by_role("button", name="Resume")
+    expect(resume).to_be_focused()
+    assert Rollout.objects.get(pk=rollout.pk).status == "paused"
+    live = page.locator("#rollout-live")
+    for stop, key in (
+        (resume, "Tab"),
+        (live.locator("tbody a").first, "Tab"),
+        (live.locator("ol.events"), "Tab"),
+        (live.locator("ol.dots a").first, "Shift+Tab"),
+    ):
+        tab_to(page, stop, key=key)
+        with page.expect_response(lambda response: "/live/" in response.url, timeout=8000):
+            pass
+        page.wait_for_timeout(100)
+        expect(stop).to_be_focused()
+        assert focus_is_visible(page)
+
+    # The narrow layout's Menu: opened with Enter, its links next in the Tab order, closed with Escape.
+    page.set_viewport_size({"width": 375, "height": 740})
+    page.goto(live_server.url + "/")
+    menu = page.locator("summary.navmenu__toggle")
+    tab_to(page, menu)
+    nav = page.get_by_role("navigation", name="Main")
+    expect(nav).to_be_hidden()
+    keys.press("Enter")
+    expect(nav).to_be_visible()
+    tab_to(page, nav.get_by_role("link", name="Overview"))
+    keys.press("Escape")
+    expect(nav).to_be_hidden()
+    expect(menu).to_be_focused()
