@@ -225,7 +225,24 @@ function askForStaleAnswers() {
   });
 }
 
-document.addEventListener("DOMContentLoaded", () => enhance(document));
+// Live regions for screen readers: an element [data-announce="key"] says in one sentence what a region htmx refreshes
+// shows (a rollout's progress, a check's verdict). When a swap changes a sentence, #announcer (aria-live polite, never
+// swapped) says the new one, so a screen reader hears what changed and not the whole region again.
+const announced = new Map();
+function announcements() {
+  return [...document.querySelectorAll("[data-announce]")].map((el) => [el.dataset.announce, el.textContent.trim()]);
+}
+document.addEventListener("htmx:afterSettle", () => {
+  const changed = announcements().filter(([key, text]) => announced.get(key) !== text);
+  changed.forEach(([key, text]) => announced.set(key, text));
+  const announcer = document.getElementById("announcer");
+  if (announcer && changed.length) announcer.textContent = changed.map(([, text]) => text).join(" ");
+});
+
+document.addEventListener("DOMContentLoaded", () => {
+  enhance(document);
+  announcements().forEach(([key, text]) => announced.set(key, text));
+});
 document.addEventListener("htmx:load", (event) => {
   enhance(event.detail.elt);
   if (event.detail.elt === document.body) askForStaleAnswers(); // htmx has processed the page it loaded with

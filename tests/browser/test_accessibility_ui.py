@@ -1,6 +1,8 @@
 """WCAG 2.2 AA in Chromium: axe-core (bundled by axe-playwright-python) on every main page in its usual states, and
 an admin's main flow done with the keyboard alone. docs/accessibility.md says what is checked and what is not."""
 
+import re
+
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 from django.utils import timezone
@@ -12,8 +14,9 @@ from scheduling import services as schedule_services
 from sharing import services as sharing_services
 from tests.browser import test_workflows_ui as workflows
 from tests.browser.test_workflows_ui import H100, sign_in
+from tests.capacity.recorded import recorded_pool
 from tests.factories import GpuFactory, NodeFactory
-from worker.models import Rollout
+from worker.models import NodeChange, Rollout
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -85,23 +88,14 @@ def estate(live_rollout):
     return {"rollout": rollout, "pool": pool, "profile": profile, "schedule": schedule, "policy": policy}
 
 
-def test_every_main_page_has_no_wcag_violation(page, live_server, estate):
+def main_paths(estate) -> list[str]:
+    """Every page of the URL confs a signed-in admin opens (their forms' and fragments' endpoints aside)."""
     pool, profile, schedule, policy = estate["pool"], estate["profile"], estate["schedule"], estate["policy"]
     rollout = estate["rollout"]
     node = pool.nodes.order_by("name").first()
     gpu = node.gpus.order_by("index").first()
     cluster = pool.cluster
-    audit = Audit(page, live_server.url)
-
-    page.goto(live_server.url + "/login/")
-    audit.check("sign-in")
-    page.get_by_label("Username").fill("ui-admin")
-    page.get_by_label("Password").fill("wrong")
-    page.get_by_role("button", name="Sign in").click()
-    audit.check("sign-in refused")
-    sign_in(page, live_server, "ui-admin", "/")
-    audit.check("overview")
-    for path in (
+    return [
         "/clusters/",
         f"/clusters/{cluster.pk}/",
         "/pools/",
@@ -141,7 +135,21 @@ def test_every_main_page_has_no_wcag_violation(page, live_server, estate):
         "/audit/?action=change.succeeded",
         "/account/token/",
         "/agents/tokens/",
-    ):
+    ]
+
+
+def test_every_main_page_has_no_wcag_violation(page, live_server, estate):
+    audit = Audit(page, live_server.url)
+
+    page.goto(live_server.url + "/login/")
+    audit.check("sign-in")
+    page.get_by_label("Username").fill("ui-admin")
+    page.get_by_label("Password").fill("wrong")
+    page.get_by_role("button", name="Sign in").click()
+    audit.check("sign-in refused")
+    sign_in(page, live_server, "ui-admin", "/")
+    audit.check("overview")
+    for path in main_paths(estate):
         audit.visit(path)
     page.goto(live_server.url + "/no-such-page/")
     audit.check("page not found")
@@ -334,3 +342,63 @@ def test_an_admin_creates_a_pool_assigns_a_profile_and_pauses_its_rollout_with_t
     keys.press("Escape")
     expect(nav).to_be_hidden()
     expect(menu).to_be_focused()
+
+
+def test_screen_readers_hear_what_changed_and_read_every_drawing_in_words(page, live_server, estate):
+    """A live rollout and a live check announce a sentence of what changed through #announcer (polite), never the
+    region again; the MIG drawing, the week timeline and the capacity charts give their facts as text; colour is
+    never alone (status dots and badges carry words)."""
+    rollout, profile, schedule = estate["rollout"], estate["profile"], estate["schedule"]
+    capacity_pool = recorded_pool(timezone.now())
+    audit = Audit(page, live_server.url)
+    sign_in(page, live_server, "ui-admin", f"/rollouts/{rollout.pk}/")
+    announcer = page.locator("#announcer")
+    expect(announcer).to_have_attribute("aria-live", "polite")
+    change = rollout.changes.filter(status__in=("queued", "applying", "verifying")).order_by("position").first()
+    done = rollout.changes.filter(status="succeeded").count()
+    NodeChange.objects.filter(pk=change.pk).update(status="succeeded", finished_at=timezone.now())
+    expect(announcer).to_contain_text(f"{done + 1} of {rollout.changes.count()} nodes done", timeout=8000)
+    expect(announcer).not_to_contain_text("Strategy")  # the sentence, not the region
+    for dot in page.locator("ol.dots li").all():  # each dot names its node and status in words
+        assert dot.inner_text().strip(), dot.inner_html()
+
+    # The profile editor: the refusal is read from the error slot that stays in the page (its content changes).
+    page.goto(live_server.url + "/profiles/new/")
+    page.locator("#err-mig_layout_all").evaluate("el => { el.dataset.marker = 'kept'; }")
+    page.get_by_label("NVIDIA H100 80GB HBM3 · 80 GiB").check()
+    page.get_by_label("Layout of every GPU").fill("1g.10gb x8")
+    expect(page.locator("#err-mig_layout_all")).to_contain_text("has 7 compute slices")
+    expect(page.locator("#err-mig_layout_all")).to_have_attribute("data-marker", "kept")
+    expect(page.locator("#err-mig_layout_all")).to_have_attribute("aria-live", "polite")
+    expect(announcer).to_contain_text("does not fit")
+
+    # The MIG drawing's text alternative: each slice, where it sits, its size; the free one.
+    page.goto(live_server.url + profile.get_absolute_url())
+    drawing = page.locator("figure.mig svg").first
+    expect(drawing).to_have_accessible_name(re.compile(r"1g\.10gb on memory slice 0 \(1 of 8\); .*; free: slice 7$"))
+
+    # The week timeline in words: every day, its windows' times and profiles.
+    page.goto(live_server.url + schedule.get_absolute_url())
+    words = page.locator("details.timeline__words")
+    words.locator("summary").press("Enter")
+    expect(words.locator("li")).to_have_count(7)
+    monday = r"Monday \d+ \w+( \(today\))?: 00:00–08:00 whole-gpus \(baseline\); 08:00–20:00 mig-1g-x7 \(day\); "
+    expect(words.locator("li").first).to_have_text(re.compile(monday + r"20:00–24:00 whole-gpus \(baseline\)"))
+
+    # The capacity charts in numbers: each day's peaks match the drawing's; open, the tables pass axe too.
+    page.goto(live_server.url + f"/pools/{capacity_pool.pk}/capacity/")
+    for summary in page.locator("figure.capacity-chart details summary").all():
+        summary.press("Enter")
+    gpu = page.locator('figure[data-resource="nvidia.com/gpu"]')
+    expect(gpu.locator("table.chart-numbers tbody tr")).to_have_count(7)
+    caption = gpu.locator("figcaption").inner_text()
+    columns = gpu.locator("table.chart-numbers tbody tr").evaluate_all(
+        "rows => rows.map(row => [...row.querySelectorAll('td.num')].map(td => Number(td.textContent)))"
+    )
+    peak_capacity, peak_demand = (max(day[n] for day in columns if day) for n in (0, 1))
+    assert f"peak demand {peak_demand:g}, peak capacity {peak_capacity:g}" in caption, (caption, columns)
+    expect(gpu.locator("table.chart-numbers tbody")).to_contain_text("within capacity")
+    slices = page.locator('figure[data-resource="nvidia.com/mig-3g.20gb"] table.chart-numbers tbody')
+    expect(slices).to_contain_text("above capacity")
+    audit.check("capacity with its charts in numbers")
+    audit.assert_clean()
