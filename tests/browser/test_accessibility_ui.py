@@ -402,3 +402,43 @@ def test_screen_readers_hear_what_changed_and_read_every_drawing_in_words(page, 
     expect(slices).to_contain_text("above capacity")
     audit.check("capacity with its charts in numbers")
     audit.assert_clean()
+
+
+# What the page's body may not do at a width: be wider than the window (WCAG 1.4.10). Tables and the week timeline
+# may scroll inside their own box (two-dimensional content, allowed by 1.4.10); the page itself never.
+PAGE_WIDER_THAN_WINDOW = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+# The elements that reach past the window's right edge, innermost first (to name the culprit in a failure).
+PAST_THE_EDGE = """() => {
+  const width = document.documentElement.clientWidth + 1;
+  const boxed = (el) => { for (let up = el.parentElement; up; up = up.parentElement) {
+    if (!["visible", "clip"].includes(getComputedStyle(up).overflowX) && up !== document.documentElement
+        && up !== document.body) return true; } return false; };
+  const past = (el) => el.getBoundingClientRect().right > width && !boxed(el);
+  return [...document.querySelectorAll("body *")].filter((el) => past(el) && ![...el.children].some(past))
+    .slice(0, 3).map((el) => `${el.tagName} ${el.className}: ${el.textContent.trim().slice(0, 40)}`);
+}"""
+
+
+def test_pages_reflow_at_200_and_400_percent_zoom_and_keep_still_with_reduced_motion(page, live_server, estate):
+    """640 CSS px is a 1280 px window at 200 % zoom, 320 px the 400 % of WCAG 1.4.10: no page scrolls sideways."""
+    sign_in(page, live_server, "ui-admin", "/")
+    wider = []
+    for width in (640, 320):
+        page.set_viewport_size({"width": width, "height": 720})
+        for path in ["/", *main_paths(estate), "/login/"]:
+            page.goto(live_server.url + path)
+            overflow = page.evaluate(PAGE_WIDER_THAN_WINDOW)
+            if overflow > 0:
+                wider.append(f"{width} px {path}: {overflow} px wider: {page.evaluate(PAST_THE_EDGE)}")
+    assert not wider, "pages wider than the window:\n" + "\n".join(wider)
+
+    # Reduced motion: the live rollout's bars do not animate as it refreshes, nothing else moves.
+    page.emulate_media(reduced_motion="reduce")
+    page.set_viewport_size({"width": 1440, "height": 900})
+    with page.expect_response(lambda response: "/live/" in response.url, timeout=8000):
+        page.goto(live_server.url + f"/rollouts/{estate['rollout'].pk}/")
+    durations = page.locator(".progress__seg, .htmx-request .table").evaluate_all(
+        "els => els.map(el => getComputedStyle(el).transitionDuration)"
+    )
+    assert durations and set(durations) == {"0s"}, durations
+    assert page.evaluate("document.getAnimations().length") == 0
