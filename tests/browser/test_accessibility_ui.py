@@ -70,7 +70,7 @@ class Audit:
 @pytest.fixture
 def estate(live_rollout):
     """The fleet of test_workflows_ui with its live rollout, plus a second profile, a day/night schedule on the pool,
-    a QoS policy attached with a compliance report, a node drifting and a filtered audit log to look at."""
+    a QoS policy attached with a compliance report and a node whose change is pending: every page has content."""
     actor = Actor.system("test")
     pool = live_rollout.pool
     profile = live_rollout.profile
