@@ -22,6 +22,21 @@ def _nice(top: float) -> float:
 
 
 @dataclass(frozen=True)
+class DayPeaks:
+    """One day of a WeekChart in numbers: the highest capacity, demand and held of its samples (None: no sample)."""
+
+    label: str
+    capacity: float | None
+    demand: float | None
+    held: float | None
+
+    @property
+    def short(self) -> bool:
+        """Whether demand went above capacity at its peak that day (the chart's lines crossing)."""
+        return self.demand is not None and self.demand > (self.capacity or 0)
+
+
+@dataclass(frozen=True)
 class WeekChart:
     resource: str
     width: int
@@ -37,6 +52,17 @@ class WeekChart:
     peak_capacity: float
     utilization_pct: float | None = None  # DCGM's week mean, percent (None: no reading)
     memory_used_pct: float | None = None
+    per_day: tuple[DayPeaks, ...] = ()  # the chart's text alternative: the same week as numbers
+
+
+def _per_day(points, start: datetime) -> tuple[DayPeaks, ...]:
+    days = []
+    for i in range(7):
+        low, high = start + timedelta(days=i), start + timedelta(days=i + 1)
+        inside = [p for p in points if low <= p[0] < high]
+        capacity, demand, held = (max((p[n] for p in inside), default=None) for n in (1, 2, 3))
+        days.append(DayPeaks(low.strftime("%a %d"), capacity, demand, held))
+    return tuple(days)
 
 
 def week_charts(
@@ -80,6 +106,7 @@ def week_charts(
                 peak_capacity=max(c for _, c, _, _ in points),
                 utilization_pct=utilisation.get(resource, (None, None))[0],
                 memory_used_pct=utilisation.get(resource, (None, None))[1],
+                per_day=_per_day(points, start),
             )
         )
     return charts

@@ -546,9 +546,14 @@ class MigLayout:
 
     @property
     def summary(self) -> str:
-        parts = [f"{b.profile} on slices {b.start}–{b.end}" for b in self.blocks]
-        free = len(self.free)
-        parts.append(f"{free} free slice{'s' if free != 1 else ''}" if free else "no free slices")
+        """The drawing in words (its text alternative): each device's profile, place and size, who uses it."""
+        parts = []
+        for b in self.blocks:
+            where = f"slice {b.start}" if b.size == 1 else f"slices {b.start}–{b.end}"
+            part = f"{b.profile} on memory {where} ({b.size} of {self.slices})"
+            parts.append(part + (f", in use by {b.in_use_by}" if b.in_use_by else ""))
+        free = [str(slot["index"]) for slot in self.free]
+        parts.append(f"free: slice{'s' if len(free) != 1 else ''} {', '.join(free)}" if free else "no free slice")
         return f"MIG layout over {self.slices} memory slices: " + "; ".join(parts)
 
 

@@ -43,13 +43,44 @@ function syncFiltersWithUrl() {
 }
 document.addEventListener("htmx:historyRestore", syncFiltersWithUrl);
 
-// Close an open menu (<details class="menu">) on Escape or a click outside it.
+// Close an open menu (the account menu, the narrow layout's Menu) on Escape or a click outside it; Escape gives the
+// focus back to the menu's toggle.
 document.addEventListener("keydown", (event) => {
   if (event.key !== "Escape") return;
-  document.querySelectorAll("details.menu[open]").forEach((menu) => {
+  document.querySelectorAll("details.menu[open], details.navmenu[open]").forEach((menu) => {
     menu.open = false;
     menu.querySelector("summary").focus();
   });
+});
+
+// A region htmx replaces (a live rollout every 2 s, a form's answer) must not take the focus from where the user is.
+// htmx refocuses an element of the same id; others are found again by data-focus-key (a control that changes, as
+// Pause becoming Resume), name or link, else the focus goes to the replaced region, never back to the page's top.
+let focusBeforeSwap = null;
+function focusSelector(el) {
+  if (el.dataset.focusKey) return `[data-focus-key="${CSS.escape(el.dataset.focusKey)}"]`;
+  if (el.id) return `#${CSS.escape(el.id)}`;
+  if (el.name) return `${el.tagName}[name="${CSS.escape(el.name)}"]${el.value ? `[value="${CSS.escape(el.value)}"]` : ""}`;
+  if (el.getAttribute("href")) return `a[href="${CSS.escape(el.getAttribute("href"))}"]`;
+  const action = el.form && el.form.getAttribute("action");
+  return action ? `form[action="${CSS.escape(action)}"] ${el.tagName}` : null;
+}
+document.addEventListener("htmx:beforeSwap", (event) => {
+  const active = document.activeElement;
+  const target = event.detail.target;
+  focusBeforeSwap = active && active !== document.body && target && target.contains(active)
+    ? { selector: focusSelector(active), region: target.id } : null;
+});
+document.addEventListener("htmx:afterSwap", () => {
+  const before = focusBeforeSwap;
+  focusBeforeSwap = null;
+  if (!before || (document.activeElement && document.activeElement !== document.body)) return;
+  let next = before.selector && document.querySelector(before.selector);
+  if (!next && before.region) {
+    next = document.getElementById(before.region);
+    if (next && !next.hasAttribute("tabindex")) next.setAttribute("tabindex", "-1");
+  }
+  if (next) next.focus({ preventScroll: true });
 });
 document.addEventListener("click", (event) => {
   document.querySelectorAll("details.menu[open], details.navmenu[open]").forEach((menu) => {
@@ -194,7 +225,24 @@ function askForStaleAnswers() {
   });
 }
 
-document.addEventListener("DOMContentLoaded", () => enhance(document));
+// Live regions for screen readers: an element [data-announce="key"] says in one sentence what a region htmx refreshes
+// shows (a rollout's progress, a check's verdict). When a swap changes a sentence, #announcer (aria-live polite, never
+// swapped) says the new one, so a screen reader hears what changed and not the whole region again.
+const announced = new Map();
+function announcements() {
+  return [...document.querySelectorAll("[data-announce]")].map((el) => [el.dataset.announce, el.textContent.trim()]);
+}
+document.addEventListener("htmx:afterSettle", () => {
+  const changed = announcements().filter(([key, text]) => announced.get(key) !== text);
+  changed.forEach(([key, text]) => announced.set(key, text));
+  const announcer = document.getElementById("announcer");
+  if (announcer && changed.length) announcer.textContent = changed.map(([, text]) => text).join(" ");
+});
+
+document.addEventListener("DOMContentLoaded", () => {
+  enhance(document);
+  announcements().forEach(([key, text]) => announced.set(key, text));
+});
 document.addEventListener("htmx:load", (event) => {
   enhance(event.detail.elt);
   if (event.detail.elt === document.body) askForStaleAnswers(); // htmx has processed the page it loaded with
