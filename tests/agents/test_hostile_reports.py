@@ -1,0 +1,131 @@
+"""A node agent's credential in an attacker's hands (issue 25): whatever one node sends, the other nodes' reports
+arrive. Every number and string of the protocol is bounded (agent/protocol.py) and refused with its field named on
+either path; a buffered row the database still refuses costs only its own node's report, counted and logged."""
+
+import json
+import logging
+
+import pytest
+
+from agent.protocol import REPORT_PATH
+from agents import statements
+from agents.report_buffer import report_buffer
+from fleet.models import Gpu, Node
+from tests.agents.conftest import agent_client, register, report_of, vouched
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_throttle_counts_and_writes_at_once")]
+
+
+@pytest.fixture
+def fleet(join_token, backends):
+    """Three registered nodes that have reported their inventory once: [(backend, node, agent client)]."""
+    nodes = []
+    for seed in (1, 2, 3):
+        backend = backends(seed=seed)
+        answer = register(join_token, backend.snapshot().hostname).json()
+        client = agent_client(answer["credential"])
+        assert client.post(REPORT_PATH, report_of(backend).to_dict(), format="json").status_code == 200
+        nodes.append((backend, Node.objects.get(pk=answer["node_id"]), client))
+    return nodes
+
+
+def post(client, body):
+    """A report as raw JSON (NaN and Infinity included: Python's json writes them, and the server's parser reads
+    them), as a hostile agent may send it."""
+    return client.post(REPORT_PATH, json.dumps(body), content_type="application/json")
+
+
+def last_seen(nodes) -> dict[int, object]:
+    return dict(Node.objects.filter(pk__in=[n.pk for _, n, _ in nodes]).values_list("pk", "agent_last_seen_at"))
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("temperature_c", 2**63),  # the issue's attack: OverflowError at the flush, on SQLite
+        ("temperature_c", -(2**63) - 5),
+        ("power_w", 2**63),
+        ("power_w", 1e308),
+        ("power_w", float("nan")),
+        ("power_w", float("-inf")),
+        ("temperature_c", 201),
+        ("power_w", -1.0),
+        ("memory_used_mib", 2**24 + 1),
+    ],
+)
+def test_numbers_past_what_they_can_mean_are_refused_by_field_on_either_path(fleet, name, value, settings):
+    settings.TESSERA = {**settings.TESSERA, "AGENT_REPORT_FLUSH_SECONDS": 60}
+    backend, node, client = fleet[0]
+    for body in (vouched(report_of(backend)).to_dict(), report_of(backend).to_dict()):  # metrics alone; read whole
+        body["gpus"][1][name] = value
+        answer = post(client, body)
+        assert answer.status_code == 400, answer.content
+        (problem,) = answer.json()["errors"][f"gpus[1].{name}"]
+        assert problem.startswith("must be from ")
+        assert node.pk not in report_buffer.pending
+
+
+def test_the_bounds_are_what_the_columns_hold_on_this_database(fleet, settings):
+    """The extremes the protocol accepts are written by the buffered path and by the inventory path alike."""
+    settings.TESSERA = {**settings.TESSERA, "AGENT_REPORT_FLUSH_SECONDS": 60}
+    backend, node, client = fleet[0]
+    extremes = {"temperature_c": -40, "power_w": 10_000.0, "memory_used_mib": 2**24, "utilization_pct": 100.0}
+    extremes |= {"ecc_sbe_total": 2**31 - 1, "ecc_dbe_total": 2**31 - 1}
+    body = vouched(report_of(backend)).to_dict()
+    body["gpus"][0].update(extremes)
+    assert post(client, body).status_code == 200
+    assert report_buffer.flush() == 1
+    gpu = Gpu.objects.get(node=node, index=0)
+    assert {name: getattr(gpu, name) for name in extremes} == extremes
+    body = report_of(backend).to_dict()
+    body["gpus"][1].update(extremes, temperature_c=200, power_w=0.0, memory_total_mib=2**24, numa_node=1023)
+    body["numa_nodes"] = 1024
+    assert post(client, body).status_code == 200  # a new inventory: written at once
+    gpu = Gpu.objects.get(node=node, index=1)
+    assert (gpu.temperature_c, gpu.memory_mib, gpu.numa_node, gpu.ecc_dbe_total) == (200, 2**24, 1023, 2**31 - 1)
+
+
+def test_a_flush_loses_only_the_row_the_database_refuses_whatever_the_error(
+    fleet, settings, monkeypatch, caplog, scrape
+):
+    """Past the protocol's checks (a bug, a database in trouble), a row that raises anything at all (here
+    OverflowError, as SQLite raised for the issue's 2**63) costs its node's report alone: counted and logged."""
+    settings.TESSERA = {**settings.TESSERA, "AGENT_REPORT_FLUSH_SECONDS": 60}
+    (bad_backend, bad, bad_client), *others = fleet
+    before = last_seen(fleet)
+    for backend, _, client in fleet:
+        assert client.post(REPORT_PATH, vouched(report_of(backend)).to_dict(), format="json").status_code == 200
+    write_reports = statements.write_reports
+
+    def refusing(reports):
+        if any(seen[3] == bad.pk for _, seen in reports):
+            raise OverflowError("Python int too large to convert to SQLite INTEGER")
+        write_reports(reports)
+
+    monkeypatch.setattr("agents.report_buffer.write_reports", refusing)
+    with caplog.at_level(logging.ERROR, logger="agents.report_buffer"):
+        assert report_buffer.flush() == 2
+    after = last_seen(fleet)
+    assert after[bad.pk] == before[bad.pk]
+    assert all(after[n.pk] > before[n.pk] for _, n, _ in others)
+    assert f"the buffered report of node {bad.name} (id {bad.pk}) was not written" in caplog.text
+    # Alone in its flush, the node's report is lost the same way: nothing raises out of the flush.
+    assert bad_client.post(REPORT_PATH, vouched(report_of(bad_backend)).to_dict(), format="json").status_code == 200
+    assert report_buffer.flush() == 0
+    assert Node.objects.get(pk=bad.pk).agent_reports_dropped == 2
+    assert scrape()["tessera_agent_reports_dropped_total"] == {(("cluster", bad.cluster.name),): 2.0}
+
+
+def test_a_row_sqlite_cannot_bind_costs_only_its_node(fleet, settings):
+    """The issue's flush, end to end: a value past 64 bits in a buffered row (put there past the protocol's checks)
+    raised OverflowError on SQLite, which the flush did not catch, and every node's report of the flush was lost."""
+    settings.TESSERA = {**settings.TESSERA, "AGENT_REPORT_FLUSH_SECONDS": 60}
+    before = last_seen(fleet)
+    for backend, _, client in fleet:
+        assert client.post(REPORT_PATH, vouched(report_of(backend)).to_dict(), format="json").status_code == 200
+    _, bad, _ = fleet[0]
+    rows, seen = report_buffer.pending[bad.pk]
+    rows[0] = (*rows[0][:6], 2**63, *rows[0][7:])  # ecc_sbe_total: OverflowError (SQLite), out of range (PostgreSQL)
+    assert report_buffer.flush() == 2
+    after = last_seen(fleet)
+    assert after[bad.pk] == before[bad.pk] and all(after[n.pk] > before[n.pk] for _, n, _ in fleet[1:])
