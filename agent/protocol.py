@@ -39,8 +39,9 @@ Endpoints (under the server's base URL):
 Units: memory in MiB, power in W, temperature in °C, utilisation in %, times as ISO 8601 UTC strings ("…Z").
 
 Bounds: every number carries a `Range` (its type hint is `Annotated`) of what it can mean on a node and what the
-server's column holds; a value outside is a `ProtocolError` naming the field, on either side (docs/security.md,
-"Bounds on agent input").
+server's column holds, every string a `Text`: a length and no control or format characters (the rule of names
+people give in Tessera, core/fields.py; free text may have line breaks and tabs). A value outside is a
+`ProtocolError` naming the field, on either side (docs/security.md, "Bounds on agent input").
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import functools
 import hashlib
 import types
 import typing
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal, Self
 
@@ -89,6 +91,48 @@ class Range:
         return None
 
 
+# Control (Cc), format (Cf: bidi overrides, zero-width) and line/paragraph separators: what core/fields.py's
+# validate_name refuses in the names people give (a test holds the two equal; the agent cannot import Django's side).
+REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+LINE_CHARACTERS = frozenset("\n\r\t")  # what free text (`Text(lines=True)`) may have besides
+
+
+@dataclass(frozen=True)
+class Text:
+    """The bounds of a string field: at most `max_length` characters, none of them a control or format character
+    (line breaks and tabs too, unless `lines`: free text such as a message)."""
+
+    max_length: int
+    lines: bool = False
+
+    def holds(self, value: str) -> bool:
+        # isprintable() is False for every refused category (and a few more): the common case in C.
+        return len(value) <= self.max_length and (value.isprintable() or self._refused(value) is None)
+
+    def problem(self, value: object) -> str | None:
+        """What is wrong with a string; never the string itself (it may be a secret)."""
+        if not isinstance(value, str):
+            return None
+        if len(value) > self.max_length:
+            return f"must be at most {self.max_length} characters, not {len(value)}"
+        refused = None if value.isprintable() else self._refused(value)
+        if refused is not None:
+            position, char = refused
+            return f"cannot contain control characters (U+{ord(char):04X} at position {position})"
+        return None
+
+    def cleaned(self, value: str) -> str:
+        """Text an agent makes up (an apply's message: a tool's output may carry colour escapes) made to hold:
+        refused characters become U+FFFD, the end is cut."""
+        return "".join("\ufffd" if self._refused(c) else c for c in value[: self.max_length])
+
+    def _refused(self, value: str) -> tuple[int, str] | None:
+        for position, char in enumerate(value, start=1):
+            if unicodedata.category(char) in REFUSED_CATEGORIES and not (self.lines and char in LINE_CHARACTERS):
+                return position, char
+        return None
+
+
 def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:20]}…({len(text)} characters)"
@@ -115,6 +159,25 @@ Id = Annotated[int, Range(0, 2**63 - 1)]  # a server row's id (bigint)
 Seconds = Annotated[int, Range(0, _INT32)]
 Replicas = Annotated[int, Range(0, 32_767)]  # PositiveSmallIntegerField
 SettingInt = Annotated[int, Range(0, _INT32)]  # a QoS policy's PositiveIntegerField, as the server sends it back
+# The strings, each as long as the server's column (or what the node's source gives at most).
+Secret = Annotated[str, Text(256)]  # join tokens, credentials, request keys: ~60 characters
+ServiceAccountToken = Annotated[str, Text(16_384)]  # a Kubernetes JWT: ~1 KB, more with many audiences
+Hostname = Annotated[str, Text(253)]  # a DNS name; Node.name
+Version = Annotated[str, Text(50)]  # Node.agent_version, driver_version
+CudaVersion = Annotated[str, Text(20)]
+Uuid = Annotated[str, Text(64)]  # GPU and MIG device UUIDs ("GPU-" or "MIG-" and 36 characters)
+Digest = Annotated[str, Text(64)]  # SHA-256 in hex, or part of one
+ConfigId = Annotated[str, Text(100)]  # Node.agent_config_id
+ConfigName = Annotated[str, Text(253)]  # a mig-parted config's name; Node.observed_mig_config
+ProfileName = Annotated[str, Text(32)]  # MigDevice.profile
+GpuName = Annotated[str, Text(100)]  # NVML's name (96 bytes at most), GFD's product; Gpu.product
+PciBusId = Annotated[str, Text(32)]  # NVML's busId (32 bytes)
+PciDeviceId = Annotated[str, Text(16)]
+HostWord = Annotated[str, Text(32)]  # a THP mode or CPU governor (the kernel's names are at most 16)
+Timestamp = Annotated[str, Text(64)]
+WORDS = Text(20_000, lines=True)
+Words = Annotated[str, WORDS]  # what an agent or the server says in words
+Document = Annotated[str, Text(1024 * 1024, lines=True)]  # a mig-parted config file (a ConfigMap holds 1 MiB)
 
 
 class Message:
@@ -138,22 +201,22 @@ class Message:
 
 @dataclass(frozen=True)
 class RegisterRequest(Message):
-    join_token: str = field(repr=False)
-    hostname: str
-    agent_version: str
+    join_token: Secret = field(repr=False)
+    hostname: Hostname
+    agent_version: Version
     # For a node the server has already (the join token alone never takes one over): the node's current credential,
     # a Kubernetes service-account token the server has the cluster review, or a random key the agent keeps while an
     # admin approves (the same key on every ask; `request_fingerprint` of it is what the admin sees).
-    credential: str | None = field(default=None, repr=False)
-    service_account_token: str | None = field(default=None, repr=False)
-    request_key: str | None = field(default=None, repr=False)
+    credential: Secret | None = field(default=None, repr=False)
+    service_account_token: ServiceAccountToken | None = field(default=None, repr=False)
+    request_key: Secret | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
 class RegisterResponse(Message):
     node_id: Id
-    node_name: str
-    credential: str = field(repr=False)
+    node_name: Hostname
+    credential: Secret = field(repr=False)
     interval_seconds: Seconds
 
 
@@ -162,9 +225,9 @@ class RegisterPending(Message):
     """202 from /register/: an admin must approve this agent's registration of an existing node; ask again later
     with the same request key."""
 
-    node_name: str
-    fingerprint: str
-    message: str
+    node_name: Hostname
+    fingerprint: Digest
+    message: Words
 
 
 def request_fingerprint(request_key: str) -> str:
@@ -181,7 +244,7 @@ def request_fingerprint(request_key: str) -> str:
 class GpuInstance(Message):
     """A MIG GPU instance and its placement in memory slices (contracts §4.1)."""
 
-    profile: str
+    profile: ProfileName
     profile_id: MigId
     start: MigSlice
     size: MigSlice
@@ -192,8 +255,8 @@ class GpuInstance(Message):
 class MigDevice(Message):
     """A MIG device (one compute instance of a GPU instance), as CUDA and the device plugin see it."""
 
-    uuid: str
-    profile: str
+    uuid: Uuid
+    profile: ProfileName
     start: MigSlice
     size: MigSlice
     gpu_instance_id: MigId
@@ -215,12 +278,12 @@ class GpuProcess(Message):
 class GpuReport(Message):
     """One physical GPU: identity, MIG state, processes and metrics. A metric NVML cannot read is null."""
 
-    uuid: str
+    uuid: Uuid
     index: GpuIndex
-    name: str  # the NVML name, e.g. "NVIDIA H100 80GB HBM3"
-    product: str  # the GPU Feature Discovery label, e.g. "NVIDIA-H100-80GB-HBM3" (contracts §3.6)
-    pci_bus_id: str
-    pci_device_id: str  # "0x233010DE", as mig-parted's device-filter (§2.1)
+    name: GpuName  # the NVML name, e.g. "NVIDIA H100 80GB HBM3"
+    product: GpuName  # the GPU Feature Discovery label, e.g. "NVIDIA-H100-80GB-HBM3" (contracts §3.6)
+    pci_bus_id: PciBusId
+    pci_device_id: PciDeviceId  # "0x233010DE", as mig-parted's device-filter (§2.1)
     numa_node: NumaNode | None
     memory_total_mib: MiB
     memory_used_mib: MiB | None
@@ -248,9 +311,9 @@ class GpuReport(Message):
 class XidEvent(Message):
     """An XID critical error (contracts §10); `at` is when the agent read it from NVML."""
 
-    gpu_uuid: str
+    gpu_uuid: Uuid
     xid: Xid
-    at: str
+    at: Timestamp
     gpu_instance_id: MigId | None = None
     compute_instance_id: MigId | None = None
 
@@ -259,9 +322,9 @@ class XidEvent(Message):
 class HostSettings(Message):
     """Host tuning a QoS policy cares about, as read from /proc and /sys; null where the host has no such file."""
 
-    thp: str | None  # transparent huge pages: always | madvise | never
+    thp: HostWord | None  # transparent huge pages: always | madvise | never
     swappiness: Swappiness | None
-    cpu_governor: str | None  # the governor of every CPU, or "mixed"
+    cpu_governor: HostWord | None  # the governor of every CPU, or "mixed"
     dirty_ratio: Ratio | None
     dirty_background_ratio: Ratio | None
 
@@ -306,7 +369,7 @@ class HostTuning(Message):
 
     transparent_hugepages: TransparentHugePages | None = None
     swappiness: Swappiness | None = None
-    cpu_governor: str | None = None
+    cpu_governor: HostWord | None = None
     dirty_ratio: Ratio | None = None
     dirty_background_ratio: Ratio | None = None
 
@@ -323,8 +386,8 @@ class NodeSettings(Message):
 class AppliedState(Message):
     """The desired config the node last applied successfully, and what it set."""
 
-    config_id: str
-    mig_selected: str | None = None
+    config_id: ConfigId
+    mig_selected: ConfigName | None = None
     mps: MpsSettings | None = None  # with the QoS policy's MPS limits merged in
     time_slice: TimeSliceSettings | None = None
     persistence_mode: bool | None = None
@@ -333,16 +396,16 @@ class AppliedState(Message):
 
 @dataclass(frozen=True)
 class Report(Message):
-    agent_version: str
-    hostname: str
-    driver_version: str
-    cuda_version: str
+    agent_version: Version
+    hostname: Hostname
+    driver_version: Version
+    cuda_version: CudaVersion
     numa_nodes: NumaCount | None
     gpus: tuple[GpuReport, ...]
     xid_events: tuple[XidEvent, ...]
     host: HostSettings
     applied: AppliedState | None
-    inventory_digest: str | None = None  # inventory_digest() of this report; absent from older agents
+    inventory_digest: Digest | None = None  # inventory_digest() of this report; absent from older agents
 
 
 @dataclass(frozen=True)
@@ -350,7 +413,7 @@ class GpuMetrics(Message):
     """The part of a GpuReport that moves from one report to the next: what a report of unchanged inventory
     changes on the server. The same names as GpuReport's fields, so each GPU of a report reads as one."""
 
-    uuid: str
+    uuid: Uuid
     memory_used_mib: MiB | None
     processes: tuple[GpuProcess, ...]
     utilization_pct: Percent | None
@@ -365,11 +428,11 @@ class ReportMetrics(Message):
     """A `Report` read for its moving parts only (unknown keys are ignored, so any Report body reads as one): what
     the server records from a report whose `inventory_digest` it has recorded already."""
 
-    agent_version: str
-    hostname: str
+    agent_version: Version
+    hostname: Hostname
     gpus: tuple[GpuMetrics, ...]
     xid_events: tuple[XidEvent, ...]
-    inventory_digest: str | None = None
+    inventory_digest: Digest | None = None
 
 
 def inventory_digest(report: Report) -> str:
@@ -396,7 +459,7 @@ def inventory_digest(report: Report) -> str:
 
 @dataclass(frozen=True)
 class ReportResponse(Message):
-    desired_config_id: str | None
+    desired_config_id: ConfigId | None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -408,8 +471,8 @@ class ReportResponse(Message):
 class MigSettings(Message):
     """A mig-parted config file (contracts §2.1) and the name of the config in it to apply."""
 
-    mig_parted_config: str
-    selected: str
+    mig_parted_config: Document
+    selected: ConfigName
 
 
 @dataclass(frozen=True)
@@ -424,7 +487,7 @@ class SafetySettings(Message):
 class DesiredConfig(Message):
     """What the node should run. A null section means Tessera does not manage that setting in this config."""
 
-    config_id: str
+    config_id: ConfigId
     change_id: Id | None
     mig: MigSettings | None = None
     mps: MpsSettings | None = None
@@ -437,9 +500,9 @@ class DesiredConfig(Message):
 @dataclass(frozen=True)
 class Outcome(Message):
     change_id: Id | None
-    config_id: str
+    config_id: ConfigId
     status: OutcomeStatus
-    message: str
+    message: Words
     report: Report
 
 
@@ -447,7 +510,7 @@ class Outcome(Message):
 class ErrorBody(Message):
     """The server's one error shape (STYLE.md §8)."""
 
-    message: str
+    message: Words
     errors: dict = field(default_factory=dict)
 
 

@@ -23,7 +23,10 @@ def _field(hint, *, required: bool) -> serializers.Field:
         kwargs["allow_null"] = True
     if typing.get_origin(hint) is typing.Annotated:
         hint, bounds = typing.get_args(hint)
-        kwargs.update(min_value=bounds.low, max_value=bounds.high)
+        if isinstance(bounds, protocol.Text):
+            kwargs["max_length"] = bounds.max_length
+        else:
+            kwargs.update(min_value=bounds.low, max_value=bounds.high)
     origin = typing.get_origin(hint)
     if origin is typing.Literal:
         return serializers.ChoiceField(choices=list(typing.get_args(hint)), **kwargs)

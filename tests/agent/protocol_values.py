@@ -7,7 +7,7 @@ import typing
 
 from hypothesis import strategies as st
 
-from agent.protocol import Range
+from agent.protocol import REFUSED_CATEGORIES, Range, Text
 
 # What a field of any type may receive from an agent that does not follow the contract.
 ODD_VALUES = st.one_of(
@@ -16,7 +16,10 @@ ODD_VALUES = st.one_of(
     st.integers(),
     st.floats(),
     st.text(max_size=20),
+    st.sampled_from(["\u202e", "a\x00b", "\x1b[2J", "line\nbreak", "\u2028", "x" * 1_000, "y" * 100_001]),
 )
+# Characters a bounded string may have (surrogates cannot travel in UTF-8 JSON).
+ALLOWED = st.characters(exclude_categories=(*REFUSED_CATEGORIES, "Cs"))
 
 
 def json_values(tp, *, odd: bool = False) -> st.SearchStrategy:
@@ -47,7 +50,10 @@ def _accepted(tp, odd: bool) -> st.SearchStrategy:
     }[tp]
 
 
-def _bounded(inner: type, bounds: Range) -> st.SearchStrategy:
+def _bounded(inner: type, bounds: Range | Text) -> st.SearchStrategy:
+    if isinstance(bounds, Text):
+        longest = st.just("z" * bounds.max_length) if bounds.max_length <= 1_000 else st.nothing()
+        return st.text(ALLOWED, max_size=min(bounds.max_length, 12)) | longest
     if inner is int:
         return st.integers(min_value=bounds.low, max_value=bounds.high)
     return st.floats(min_value=bounds.low, max_value=bounds.high, allow_nan=False) | st.integers(

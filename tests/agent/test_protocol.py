@@ -196,16 +196,17 @@ def test_any_report_reads_as_its_metrics():
 
 
 def _unbounded(hint, where: str) -> list[str]:
-    """The numbers under a type hint that carry no Range (issue 25: one node's 2**63 blinded the fleet)."""
+    """The numbers and strings under a type hint that carry no bounds (issue 25: one node's 2**63 blinded the
+    fleet; a 100,000-character host.thp was stored, a U+202E shown on the node page)."""
     origin = typing.get_origin(hint)
     if origin is typing.Annotated:
         return []
     if origin in (typing.Union, types.UnionType, tuple):
         return [found for arg in typing.get_args(hint) for found in _unbounded(arg, where)]
-    return [where] if hint in (int, float) else []
+    return [where] if hint in (int, float, str) else []
 
 
-def test_every_number_of_the_protocol_is_bounded():
+def test_every_number_and_string_of_the_protocol_is_bounded():
     unbounded = [
         found
         for cls in MESSAGES
@@ -218,3 +219,23 @@ def test_every_number_of_the_protocol_is_bounded():
             {"uuid": "GPU-1", "memory_used_mib": 0, "processes": [], "utilization_pct": None, "temperature_c": 2**63,
              "power_w": None, "ecc_sbe_total": None, "ecc_dbe_total": None}
         )  # fmt: skip
+    with pytest.raises(ProtocolError, match=r"^HostSettings.thp must be at most 32 characters, not 100000$"):
+        protocol.HostSettings.from_dict(
+            {"thp": "x" * 100_000, "swappiness": None, "cpu_governor": None, "dirty_ratio": None,
+             "dirty_background_ratio": None}
+        )  # fmt: skip
+    with pytest.raises(ProtocolError, match=r"^RegisterRequest.join_token cannot contain control characters \(U\+"):
+        RegisterRequest.from_dict({"join_token": "secret\u202e", "hostname": "n", "agent_version": "1"})
+
+
+def test_agent_strings_follow_the_rule_of_names_people_give():
+    from core.fields import REFUSED_CATEGORIES
+
+    assert protocol.REFUSED_CATEGORIES == REFUSED_CATEGORIES
+
+
+def test_free_text_the_agent_makes_up_is_cleaned_to_pass():
+    text = "mig-parted: \x1b[31mfailed\x1b[0m\n\tGPU 0\u202e" + "x" * 30_000
+    cleaned = protocol.WORDS.cleaned(text)
+    assert protocol.WORDS.problem(cleaned) is None and cleaned.startswith("mig-parted: \ufffd[31mfailed\ufffd[0m\n\t")
+    assert len(cleaned) == protocol.WORDS.max_length

@@ -4,10 +4,11 @@ either path; a buffered row the database still refuses costs only its own node's
 
 import json
 import logging
+import re
 
 import pytest
 
-from agent.protocol import REPORT_PATH
+from agent.protocol import OUTCOME_PATH, REPORT_PATH
 from agents import statements
 from agents.report_buffer import report_buffer
 from fleet.models import Gpu, Node
@@ -129,3 +130,47 @@ def test_a_row_sqlite_cannot_bind_costs_only_its_node(fleet, settings):
     assert report_buffer.flush() == 2
     after = last_seen(fleet)
     assert after[bad.pk] == before[bad.pk] and all(after[n.pk] > before[n.pk] for _, n, _ in fleet[1:])
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("driver_version", "550.54\u202e", "cannot contain control characters (U+202E at position 7)"),
+        ("cuda_version", "12.4\x1b[2J", "cannot contain control characters (U+001B at position 5)"),
+        ("gpus[0].name", "NVIDIA\u2028H100", "cannot contain control characters (U+2028 at position 7)"),
+        ("gpus[1].product", "H100\u200b", "cannot contain control characters (U+200B at position 5)"),
+        ("host.thp", "x" * 100_000, "must be at most 32 characters, not 100000"),
+        ("host.cpu_governor", "performance\n", "cannot contain control characters (U+000A at position 12)"),
+        ("driver_version", "5" * 51, "must be at most 50 characters, not 51"),
+    ],
+)
+def test_agent_strings_follow_the_rules_of_names_and_a_length_per_field(fleet, field, value, problem):
+    backend, node, client = fleet[0]
+    body = report_of(backend).to_dict()
+    body["driver_version"] = "999.1"  # a new inventory: the whole report is read
+    *parents, name = re.findall(r"\w+", field)  # "gpus[0].name": gpus, 0, name
+    where = body
+    for key in parents:
+        where = where[int(key)] if key.isdigit() else where[key]
+    where[name] = value
+    answer = post(client, body)
+    assert answer.status_code == 400, answer.content
+    assert answer.json()["errors"] == {field: [problem]}
+    assert Node.objects.get(pk=node.pk).driver_version == report_of(backend).driver_version
+
+
+def test_registration_and_outcome_strings_are_bounded_too(join_token, fleet):
+    answer = register(join_token, "node\u202e-evil")
+    assert answer.status_code == 400
+    assert answer.json()["errors"] == {"hostname": ["cannot contain control characters (U+202E at position 5)"]}
+    answer = register("t" * 300, "node-x")
+    assert answer.json()["errors"] == {"join_token": ["must be at most 256 characters, not 300"]}
+    assert "t" * 300 not in answer.content.decode()  # a secret is never echoed
+    backend, _, client = fleet[0]
+    outcome = {"change_id": None, "config_id": "c", "status": "failed", "message": "\x1b[31mno\x1b[0m"}
+    answer = post_outcome(client, {**outcome, "report": report_of(backend).to_dict()})
+    assert answer.json()["errors"] == {"message": ["cannot contain control characters (U+001B at position 1)"]}
+
+
+def post_outcome(client, body):
+    return client.post(OUTCOME_PATH, json.dumps(body), content_type="application/json")
