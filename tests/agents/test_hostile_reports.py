@@ -2,17 +2,23 @@
 arrive. Every number and string of the protocol is bounded (agent/protocol.py) and refused with its field named on
 either path; a buffered row the database still refuses costs only its own node's report, counted and logged."""
 
+import dataclasses
 import json
 import logging
 import re
+import types
+import typing
 
 import pytest
+from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import strategies as st
 
-from agent.protocol import OUTCOME_PATH, REPORT_PATH
+from agent.protocol import OUTCOME_PATH, REPORT_PATH, Report
 from agents import statements
 from agents.report_buffer import report_buffer
 from fleet.models import Gpu, Node
-from tests.agents.conftest import agent_client, register, report_of, vouched
+from tests.agent.protocol_values import json_values
+from tests.agents.conftest import agent_client, clear_throttle_counts, register, report_of, vouched
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_throttle_counts_and_writes_at_once")]
 
@@ -174,3 +180,94 @@ def test_registration_and_outcome_strings_are_bounded_too(join_token, fleet):
 
 def post_outcome(client, body):
     return client.post(OUTCOME_PATH, json.dumps(body), content_type="application/json")
+
+
+# --- the fuzz: one node sends anything, anywhere in the protocol's schema ------------------------------------------
+
+
+def _schema_paths(tp, path=()) -> list[tuple[tuple, object]]:
+    """(path into a message's JSON, type hint) of every field under `tp`, each list's first item standing for all,
+    and every list and object itself (a whole part replaced by something odd)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        (tp,) = [arg for arg in typing.get_args(tp) if arg is not type(None)]
+        origin = typing.get_origin(tp)
+    if origin is tuple:
+        return [(path, tp), *_schema_paths(typing.get_args(tp)[0], (*path, 0))]
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp, include_extras=True)
+        found = [(path, tp)] if path else []
+        return found + [p for f in dataclasses.fields(tp) for p in _schema_paths(hints[f.name], (*path, f.name))]
+    return [(path, tp)]
+
+
+REPORT_PATHS = _schema_paths(Report)
+
+
+def _put(body, path: tuple, value) -> None:
+    """Set the value at a path, making the objects and first list items on the way when they are absent."""
+    *parents, last = path
+    for key, after in zip(parents, path[1:], strict=True):
+        empty = [] if isinstance(after, int) else {}
+        if isinstance(key, int) and not body:
+            body.append(empty)
+        elif not isinstance(body[key] if isinstance(key, int) else body.get(key), type(empty)):
+            body[key] = empty
+        body = body[key]
+    if isinstance(last, int) and not body:
+        body.append(value)
+    else:
+        body[last] = value
+
+
+mutations = st.sampled_from(REPORT_PATHS).flatmap(lambda p: st.tuples(st.just(p[0]), json_values(p[1], odd=True)))
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(changes=st.lists(mutations, min_size=1, max_size=3), vouch=st.booleans(), hostile_first=st.booleans())
+@example(changes=[(("gpus", 0, "temperature_c"), 2**63)], vouch=True, hostile_first=True)  # the issue's attack
+@example(changes=[(("gpus", 1, "power_w"), -(2**63) - 5)], vouch=True, hostile_first=False)
+@example(changes=[(("host", "thp"), "x" * 100_000)], vouch=False, hostile_first=True)
+def test_whatever_one_node_reports_the_other_nodes_reports_arrive(fleet, settings, changes, vouch, hostile_first):
+    """One node's agent sends anything, anywhere in the report's schema (bounds, past them, NaN, 2**64, wrong types,
+    control characters, 100,000 characters), on the path of its choice; the other nodes report as usual. Never a
+    5xx; the other nodes' last-seen and metrics are written by the next flush; what the server accepted from the
+    hostile node is written too (the bounds are what the columns hold)."""
+    settings.TESSERA = {**settings.TESSERA, "AGENT_REPORT_FLUSH_SECONDS": 60}
+    clear_throttle_counts()
+    (backend, hostile, client), *others = fleet
+    report = report_of(backend)
+    body = (vouched(report) if vouch else report).to_dict()
+    for path, value in changes:
+        _put(body, path, value)
+    before = last_seen(fleet)
+    metrics_before = _metrics_at(others)
+
+    def honest_reports():
+        for other_backend, _, other_client in others:
+            answer = other_client.post(REPORT_PATH, vouched(report_of(other_backend)).to_dict(), format="json")
+            assert answer.status_code == 200
+
+    if not hostile_first:
+        honest_reports()
+    answer = post(client, body)
+    assert answer.status_code in (200, 400, 403, 409), answer.content
+    event(f"{'metrics path' if vouch else 'whole report'}: {answer.status_code}")  # --hypothesis-show-statistics
+    if hostile_first:
+        honest_reports()
+    report_buffer.flush()
+    after = last_seen(fleet)
+    assert all(after[node.pk] > before[node.pk] for _, node, _ in others)
+    assert all(after > before for before, after in zip(metrics_before, _metrics_at(others), strict=True))
+    if answer.status_code == 200:
+        assert after[hostile.pk] > before[hostile.pk]
+
+
+def _metrics_at(nodes) -> list:
+    return list(
+        Gpu.objects.filter(node__in=[n for _, n, _ in nodes]).order_by("pk").values_list("metrics_at", flat=True)
+    )
