@@ -51,7 +51,7 @@ lint: install-dev
 	$(BIN)/lint-imports --no-cache
 
 # The suite runs on DATABASE_URL's database (CI: PostgreSQL). The hostile agent-report fuzz runs on SQLite too, the
-# default a `make run` install uses (its bounds must hold in both databases' columns; ~40 s): docs/security.md.
+# default a `make run` install uses (its bounds must hold in both databases' columns; ~26 s of CPU): docs/security.md.
 HOSTILE_REPORTS := tests/agents/test_hostile_reports.py
 test: install-dev chromium prometheus lint
 	DJANGO_SETTINGS_MODULE=config.settings.test $(BIN)/pytest $(PYTEST_ARGS)
