@@ -29,6 +29,7 @@ from agent.client import (
 )
 from agent.errors import ApplyError, BusyError
 from agent.protocol import (
+    WORDS,
     AppliedState,
     DesiredConfig,
     GpuSettings,
@@ -303,6 +304,7 @@ class Agent:
         self._attempted = key
         log = self.log.info if status == "succeeded" else self.log.warning
         log("config %s (change %s) %s: %s", desired.config_id, desired.change_id, status, message)
+        message = WORDS.cleaned(message)  # the server refuses control characters, and an outcome is sent until taken
         self._unsent_outcome = Outcome(desired.change_id, desired.config_id, status, message, self._fresh_report())
         client.outcome(self._unsent_outcome)
         self._unsent_outcome = None

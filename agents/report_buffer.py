@@ -10,9 +10,11 @@ import os
 import threading
 import time
 
-from django.db import DatabaseError, connection
+from django.db import connection
+from django.db.models import F
 
 from agents.statements import write_reports
+from fleet.models import Node
 
 log = logging.getLogger(__name__)
 
@@ -60,26 +62,28 @@ class ReportBuffer:
 
     def flush(self) -> int:
         """Write what is pending in one transaction; returns the number of reports written. Should the batch fail,
-        each node's report is written on its own, so one bad row costs only its node."""
+        whatever the error, each node's report is written on its own: a bad row costs only its own node's report,
+        which is counted (Node.agent_reports_dropped, `tessera_agent_reports_dropped_total`) and logged."""
         with self.lock:
             pending, self.pending = self.pending, {}
         if not pending:
             return 0
-        reports = [pending[node_id] for node_id in sorted(pending)]
+        node_ids = sorted(pending)
         try:
-            write_reports(reports)
-            return len(reports)
-        except DatabaseError:
-            if len(reports) == 1:
-                raise
-            log.warning("a batch of %d buffered agent reports failed; writing them one by one", len(reports))
+            write_reports([pending[node_id] for node_id in node_ids])
+            return len(node_ids)
+        except Exception as error:
+            if len(node_ids) == 1:
+                _count_dropped(node_ids[0], error)
+                return 0
+            log.warning("a batch of %d buffered agent reports failed; writing them one by one", len(node_ids))
         written = 0
-        for node_id, report in zip(sorted(pending), reports, strict=True):
+        for node_id in node_ids:
             try:
-                write_reports([report])
+                write_reports([pending[node_id]])
                 written += 1
-            except DatabaseError:
-                log.exception("the buffered report of node id %s was not written", node_id)
+            except Exception as error:
+                _count_dropped(node_id, error)
         return written
 
     def _flush_at_exit(self) -> None:
@@ -96,6 +100,25 @@ class ReportBuffer:
             except Exception:  # a lost flush is one interval of metrics; the loop must go on
                 log.exception("writing buffered agent reports failed")
                 connection.close()
+            connection.close_if_unusable_or_obsolete()  # a connection the database broke is replaced
+
+
+def _count_dropped(node_id: int, error: Exception) -> None:
+    """A node's buffered report the database would not take: counted on its node and logged with its name. The rows
+    were checked against the protocol's bounds (agent/protocol.py) when the report came in: this is a bug, or the
+    database in trouble, and the report is lost (the agent sends another within its interval)."""
+    log.error("the buffered report of node %s (id %s) was not written", _node_name(node_id), node_id, exc_info=error)
+    try:
+        Node.objects.filter(pk=node_id).update(agent_reports_dropped=F("agent_reports_dropped") + 1)
+    except Exception:  # the database itself is in trouble: the log line stands
+        log.warning("the dropped report of node id %s was not counted", node_id, exc_info=True)
+
+
+def _node_name(node_id: int) -> str:
+    try:
+        return Node.objects.filter(pk=node_id).values_list("name", flat=True).first() or "(gone)"
+    except Exception:
+        return "(unknown)"
 
 
 report_buffer = ReportBuffer()

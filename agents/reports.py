@@ -2,7 +2,6 @@
 last-seen, written by the statements of agents/statements.py (buffered, agents/report_buffer.py); a report whose
 inventory, applied config or events are new goes through `inventory_record` like every source of observations."""
 
-import math
 from collections.abc import Sequence
 
 from django.conf import settings
@@ -34,30 +33,6 @@ from fleet.observations import NodeObservation
 from fleet.services import inventory_record
 from worker.models import NodeChange
 
-# What the database can hold of a GPU's metrics (the percent check, PositiveIntegerField, finite floats): a value
-# outside is refused with its field named, before it joins a buffered write that other nodes' reports share.
-_INT_MAX = 2**31 - 1
-_METRIC_BOUNDS = {
-    "utilization_pct": (0, 100),
-    "memory_used_mib": (0, _INT_MAX),
-    "ecc_sbe_total": (0, _INT_MAX),
-    "ecc_dbe_total": (0, _INT_MAX),
-    "temperature_c": (-math.inf, math.inf),
-    "power_w": (-math.inf, math.inf),
-}
-
-
-def _check_metrics(gpus: Sequence[GpuMetrics | GpuReport]) -> None:
-    """Refuse (400) a metric the database cannot hold, naming its field."""
-    for i, gpu in enumerate(gpus):
-        for name, (low, high) in _METRIC_BOUNDS.items():
-            value = getattr(gpu, name)
-            if value is not None and not (low <= value <= high and math.isfinite(value)):
-                field = f"gpus[{i}].{name}"
-                problem = f"must be a finite number{f' from {low} to {high}' if math.isfinite(high) else ''}"
-                problem += f", not {value!r}"
-                raise ApplicationError(f"Invalid input: {field}: {problem}", errors={field: [problem]})
-
 
 def agent_report_record_metrics(
     *, node: Node, metrics: ReportMetrics, serving: tuple | None, now=None
@@ -67,7 +42,6 @@ def agent_report_record_metrics(
     (recorded, config id the node should run). (False, None) when the whole report must be read
     (`agent_report_record`): another digest or none, XID events, a node gone or not ready, or a change waiting for
     the config the node runs to show."""
-    _check_metrics(metrics.gpus)
     if (
         not metrics.inventory_digest
         or metrics.inventory_digest != node.agent_report_hash
@@ -95,7 +69,6 @@ def agent_report_record(
             f"This agent credential belongs to node {node.name}; the report comes from {report.hostname[:100]}.",
             status=403,
         )
-    _check_metrics(report.gpus)
     if serving is False:
         serving = serving_change(node.pk)
     applied_id = report.applied.config_id if report.applied else ""

@@ -8,6 +8,7 @@ from django.apps import apps
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -25,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core import health, services
 from core.audit import Actor
+from core.authentication import ApiTokenAuthentication
 from core.exceptions import ApplicationError
 from core.filtersets import AuditEventFilterSet
 from core.metrics import REGISTRY
@@ -53,34 +55,48 @@ def favicon(request):
 
 
 @require_GET
+@vary_on_headers("Authorization")
 def readyz(request):
-    """Readiness, per dependency (core.health): 503 when a required one fails, every check in words either way."""
+    """Readiness, per dependency (core.health): 503 when a required one fails. The checks in words (cluster names,
+    the database engine, the broker) only to those who may read /metrics; anyone else gets the status alone."""
     checks = health.run_checks()
     failed_required = [c.name for c in checks if not c.ok and health.required(c)]
     status = "unavailable" if failed_required else ("ok" if all(c.ok for c in checks) else "degraded")
-    body = {
-        "status": status,
-        "checks": {c.name: {"ok": c.ok, "required": health.required(c), "detail": c.detail} for c in checks},
-    }
+    body: dict = {"status": status}
+    if _may_read_operations(request):
+        body["checks"] = {c.name: {"ok": c.ok, "required": health.required(c), "detail": c.detail} for c in checks}
     return JsonResponse(body, status=503 if failed_required else 200, json_dumps_params={"indent": 2})
 
 
-def _may_read_metrics(request) -> bool:
-    """The bearer token of TESSERA["METRICS_TOKEN"] (for Prometheus), a signed-in viewer, or anyone when
+def _may_read_operations(request) -> bool:
+    """Who may read /metrics and /readyz's details: the bearer token of TESSERA["METRICS_TOKEN"] (Prometheus, a
+    probe that wants the details), a viewer signed in or with their API token, or anyone when
     TESSERA["METRICS_PUBLIC"] says so."""
     expected = settings.TESSERA["METRICS_TOKEN"]
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     if expected and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode()):
         return True
-    return settings.TESSERA["METRICS_PUBLIC"] or has_role(request.user, Role.VIEWER)
+    return settings.TESSERA["METRICS_PUBLIC"] or has_role(_caller(request), Role.VIEWER)
+
+
+def _caller(request):
+    """The user of an API token (`Authorization: Token …`: a token acts with its user's role) or of the session;
+    anonymous when the token does not hold."""
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != ApiTokenAuthentication.keyword:
+        return request.user
+    token = services.api_token_authenticate(given.strip()) if given.strip().isascii() else None
+    return token.user if token is not None and token.user.is_active else AnonymousUser()
 
 
 @require_GET
+@vary_on_headers("Authorization")
 def metrics(request):
     """Prometheus exposition of fleet gauges, computed from the database at scrape time."""
-    if not _may_read_metrics(request):
-        status = 403 if request.user.is_authenticated else 401
-        response = HttpResponse("Metrics need a bearer token or a viewer's sign-in.\n", status=status)
+    if not _may_read_operations(request):
+        status = 403 if _caller(request).is_authenticated else 401
+        text = "Metrics need the metrics bearer token, or a viewer's sign-in or API token.\n"
+        response = HttpResponse(text, status=status)
         response["WWW-Authenticate"] = 'Bearer realm="tessera-metrics"'
         return response
     return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)

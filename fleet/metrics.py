@@ -172,4 +172,16 @@ class FleetCollector:
             agents.add_metric([cluster, "never_reported"], never)
             if since is not None:
                 oldest.add_metric([cluster], age_seconds(since, now))
-        yield from (agents, oldest)
+        dropped = CounterMetricFamily(
+            "tessera_agent_reports_dropped",
+            "Buffered agent reports the database would not take, each lost alone (the log names the node).",
+            labels=["cluster"],
+        )
+        for cluster, n in (
+            Node.objects.filter(agent_reports_dropped__gt=0)
+            .values_list("cluster__name")
+            .annotate(n=Sum("agent_reports_dropped"))
+            .order_by()
+        ):
+            dropped.add_metric([cluster], n)
+        yield from (agents, oldest, dropped)

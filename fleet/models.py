@@ -162,6 +162,9 @@ class Node(models.Model):
     )
     # Unchanged inventory (the usual report) skips the inventory write: only metrics and last-seen are stored.
     agent_report_hash = models.CharField(max_length=64, blank=True, editable=False)
+    agent_reports_dropped = models.PositiveIntegerField(
+        default=0, editable=False, help_text="Buffered reports of this node the database would not take (a bug)."
+    )
     gone_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -50,6 +50,17 @@ def _primitive(tp: type):
 def _decoder(hint):
     """A function decoding one JSON value into `hint`, exactly as agent/protocol.py's codec does."""
     origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        inner, bounds = typing.get_args(hint)
+        inner_decode = _decoder(inner)
+
+        def decode_bounded(value):
+            problem = bounds.problem(value)
+            if problem is not None:
+                raise _Invalid(problem)
+            return inner_decode(value)
+
+        return decode_bounded
     if origin in (typing.Union, types.UnionType):
         (inner,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
         inner_decode = _decoder(inner)
@@ -96,16 +107,20 @@ def _decoder(hint):
 
 
 def _exact_type(hint):
-    """(the plain JSON type a value of this hint may have as is, whether null is allowed)."""
+    """(the plain JSON type a value of this hint may take as is when its bounds hold it, those bounds or None,
+    whether null is allowed)."""
     nullable = False
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         nullable = type(None) in typing.get_args(hint)
         (hint,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-    return (hint if hint in (str, int, bool, float) else None), nullable
+    bounds = None
+    if typing.get_origin(hint) is typing.Annotated:
+        hint, bounds = typing.get_args(hint)
+    return (hint if hint in (str, int, bool, float) else None), bounds, nullable
 
 
 def _dataclass_decoder(cls):
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     fields = [
         (
             f.name,
@@ -130,10 +145,10 @@ def _dataclass_decoder(cls):
             raise _Invalid(f"must be an object, not {value!r}")
         instance = object.__new__(cls) if plain else None
         kwargs = instance.__dict__ if plain else {}
-        for name, exact, nullable, decode, required in fields:
+        for name, exact, bounds, nullable, decode, required in fields:
             raw = value.get(name, missing)
-            # Most fields are plain values of their exact type or null: checked inline, no call.
-            if type(raw) is exact or (raw is None and nullable):
+            # Most fields are plain values of their exact type, within bounds, or null: checked inline.
+            if (type(raw) is exact and (bounds is None or bounds.holds(raw))) or (raw is None and nullable):
                 kwargs[name] = raw
                 continue
             if raw is missing:

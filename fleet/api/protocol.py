@@ -21,6 +21,12 @@ def _field(hint, *, required: bool) -> serializers.Field:
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         (hint,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
         kwargs["allow_null"] = True
+    if typing.get_origin(hint) is typing.Annotated:
+        hint, bounds = typing.get_args(hint)
+        if isinstance(bounds, protocol.Text):
+            kwargs["max_length"] = bounds.max_length
+        else:
+            kwargs.update(min_value=bounds.low, max_value=bounds.high)
     origin = typing.get_origin(hint)
     if origin is typing.Literal:
         return serializers.ChoiceField(choices=list(typing.get_args(hint)), **kwargs)
@@ -41,7 +47,7 @@ def _field(hint, *, required: bool) -> serializers.Field:
 def protocol_serializer(message: type) -> type[serializers.Serializer]:
     """A serializer documenting one message of agent/protocol.py (component `Agent<Message>`); never used to parse:
     bodies go through the protocol's own codec."""
-    hints = typing.get_type_hints(message)
+    hints = typing.get_type_hints(message, include_extras=True)
     attrs = {
         f.name: _field(
             hints[f.name], required=f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING

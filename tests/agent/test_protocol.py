@@ -26,6 +26,7 @@ from agent.protocol import (
     XidEvent,
     inventory_digest,
 )
+from tests.agent.protocol_values import json_values
 
 MESSAGES = [
     cls
@@ -34,33 +35,11 @@ MESSAGES = [
 ]
 
 
-def strategy_for(tp):
-    """Values of a protocol type; finite floats so equality means something."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return st.one_of(*(strategy_for(arg) for arg in typing.get_args(tp)))
-    if origin is typing.Literal:
-        return st.sampled_from(typing.get_args(tp))
-    if origin is tuple:
-        return st.lists(strategy_for(typing.get_args(tp)[0]), max_size=3).map(tuple)
-    if dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp)
-        return st.builds(tp, **{f.name: strategy_for(hints[f.name]) for f in dataclasses.fields(tp)})
-    return {
-        type(None): st.none(),
-        int: st.integers(min_value=-(2**40), max_value=2**40),
-        float: st.floats(allow_nan=False, allow_infinity=False),
-        str: st.text(max_size=12),
-        bool: st.booleans(),
-        dict: st.dictionaries(st.text(max_size=5), st.lists(st.text(max_size=5), max_size=2), max_size=2),
-    }[tp]
-
-
 @pytest.mark.parametrize("message_type", MESSAGES, ids=lambda cls: cls.__name__)
 @settings(max_examples=25, deadline=None)
 @given(data=st.data())
 def test_every_message_round_trips_through_json(message_type, data):
-    message = data.draw(strategy_for(message_type))
+    message = message_type.from_dict(data.draw(json_values(message_type)))
     assert message_type.from_dict(json.loads(json.dumps(message.to_dict()))) == message
     assert message_type.from_dict(message.to_dict()) == message
 
@@ -214,3 +193,49 @@ def test_any_report_reads_as_its_metrics():
         ]
     finally:
         backend.close()
+
+
+def _unbounded(hint, where: str) -> list[str]:
+    """The numbers and strings under a type hint that carry no bounds (issue 25: one node's 2**63 blinded the
+    fleet; a 100,000-character host.thp was stored, a U+202E shown on the node page)."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        return []
+    if origin in (typing.Union, types.UnionType, tuple):
+        return [found for arg in typing.get_args(hint) for found in _unbounded(arg, where)]
+    return [where] if hint in (int, float, str) else []
+
+
+def test_every_number_and_string_of_the_protocol_is_bounded():
+    unbounded = [
+        found
+        for cls in MESSAGES
+        for name, hint in typing.get_type_hints(cls, include_extras=True).items()
+        for found in _unbounded(hint, f"{cls.__name__}.{name}")
+    ]
+    assert unbounded == []
+    with pytest.raises(ProtocolError, match=r"^GpuMetrics.temperature_c must be from -40 to 200, not 92233720"):
+        protocol.GpuMetrics.from_dict(
+            {"uuid": "GPU-1", "memory_used_mib": 0, "processes": [], "utilization_pct": None, "temperature_c": 2**63,
+             "power_w": None, "ecc_sbe_total": None, "ecc_dbe_total": None}
+        )  # fmt: skip
+    with pytest.raises(ProtocolError, match=r"^HostSettings.thp must be at most 32 characters, not 100000$"):
+        protocol.HostSettings.from_dict(
+            {"thp": "x" * 100_000, "swappiness": None, "cpu_governor": None, "dirty_ratio": None,
+             "dirty_background_ratio": None}
+        )  # fmt: skip
+    with pytest.raises(ProtocolError, match=r"^RegisterRequest.join_token cannot contain control characters \(U\+"):
+        RegisterRequest.from_dict({"join_token": "secret\u202e", "hostname": "n", "agent_version": "1"})
+
+
+def test_agent_strings_follow_the_rule_of_names_people_give():
+    from core.fields import REFUSED_CATEGORIES
+
+    assert protocol.REFUSED_CATEGORIES == REFUSED_CATEGORIES
+
+
+def test_free_text_the_agent_makes_up_is_cleaned_to_pass():
+    text = "mig-parted: \x1b[31mfailed\x1b[0m\n\tGPU 0\u202e" + "x" * 30_000
+    cleaned = protocol.WORDS.cleaned(text)
+    assert protocol.WORDS.problem(cleaned) is None and cleaned.startswith("mig-parted: \ufffd[31mfailed\ufffd[0m\n\t")
+    assert len(cleaned) == protocol.WORDS.max_length

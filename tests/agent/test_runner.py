@@ -489,3 +489,14 @@ def test_reports_carry_the_digest_of_their_inventory(fake_server, make_agent, ma
     agent.cycle()
     first, second = fake_server.reports[-2:]
     assert first.inventory_digest == inventory_digest(first) == second.inventory_digest == inventory_digest(second)
+
+
+def test_the_outcome_message_is_cleaned_so_the_server_takes_it(fake_server, make_agent, monkeypatch):
+    """The server refuses control characters and over-long text (issue 25); an outcome is re-sent until taken, so
+    the agent cleans what a tool printed (colour escapes) before it sends it."""
+    fake_server.desired = DesiredConfig("cfg-a", 11, mig=mig_settings(BALANCED))
+    agent = make_agent()
+    monkeypatch.setattr(agent, "_apply", lambda desired, key: ("failed", "\x1b[31mboom\x1b[0m" + "x" * 30_000))
+    agent.cycle()
+    (outcome,) = fake_server.outcomes
+    assert outcome.message.startswith("\ufffd[31mboom\ufffd[0mxxx") and len(outcome.message) == 20_000

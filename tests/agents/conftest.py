@@ -1,13 +1,15 @@
 """Shared by the agent endpoint tests: an agent cluster and its join token, simulated backends, a registered node,
 and the calls an agent makes (against the real API through DRF's test client)."""
 
+import dataclasses
+
 import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
 from agent import protocol
 from agent.backends.simulated import SimulatedBackend
-from agent.protocol import Report
+from agent.protocol import Report, inventory_digest
 from agents.authentication import AgentRateThrottle, AgentRegisterThrottle
 from core.audit import Actor
 from fleet import agent_credentials
@@ -91,6 +93,11 @@ def report_of(backend, *, hostname=None, applied=None, xids=(), gpus=None) -> Re
         host=snapshot.host,
         applied=applied,
     )
+
+
+def vouched(report: Report) -> Report:
+    """The report as the agent sends it: with the digest of its inventory."""
+    return dataclasses.replace(report, inventory_digest=inventory_digest(report))
 
 
 def register(token, hostname, client=None, fields=None, **headers):

@@ -27,7 +27,6 @@ from agent.protocol import (
     Report,
     TimeSliceSettings,
     XidEvent,
-    inventory_digest,
 )
 from agents.api.serializers import protocol_decode
 from agents.api.views import AgentRegisterView, AgentReportView
@@ -50,6 +49,7 @@ from tests.agents.conftest import (
     fast_path_writes,
     register,
     report_of,
+    vouched,
     written,
 )
 from tests.factories import ClusterFactory, NodeFactory, NodePoolFactory
@@ -243,18 +243,13 @@ def test_the_same_report_twice_changes_no_rows_and_costs_two_writes(node_a):
     assert statements == fast_path_writes(gpus=2), statements
 
 
-def _vouched(report: Report) -> Report:
-    """The report as the agent sends it: with the digest of its inventory."""
-    return dataclasses.replace(report, inventory_digest=inventory_digest(report))
-
-
 def test_a_report_of_recorded_inventory_is_read_for_its_metrics_alone(node_a):
     backend, node, client = node_a
-    first = _vouched(report_of(backend))
+    first = vouched(report_of(backend))
     client.post(REPORT, first.to_dict(), format="json")  # inventory the server has not seen: read whole
     assert Node.objects.get(pk=node.pk).agent_report_hash == first.inventory_digest
     backend.sim.start_process(1, used_mib=4096)
-    body = _vouched(report_of(backend)).to_dict()
+    body = vouched(report_of(backend)).to_dict()
     # The digest vouches for the inventory, sent and validated before (a credential speaks for its node only).
     body["driver_version"] = "999.0"
     assert client.post(REPORT, body, format="json").json() == {"desired_config_id": None}
@@ -268,12 +263,12 @@ def test_a_report_of_recorded_inventory_is_read_for_its_metrics_alone(node_a):
 
 def test_a_report_with_a_digest_the_server_has_not_recorded_or_with_events_is_read_whole(node_a):
     backend, node, client = node_a
-    client.post(REPORT, _vouched(report_of(backend)).to_dict(), format="json")
-    upgraded = _vouched(dataclasses.replace(report_of(backend), driver_version="999.0"))
+    client.post(REPORT, vouched(report_of(backend)).to_dict(), format="json")
+    upgraded = vouched(dataclasses.replace(report_of(backend), driver_version="999.0"))
     client.post(REPORT, upgraded.to_dict(), format="json")
     assert Node.objects.get(pk=node.pk).driver_version == "999.0"
     uuid = backend.snapshot().gpus[0].uuid
-    with_xid = _vouched(dataclasses.replace(upgraded, xid_events=(XidEvent(uuid, 79, "2026-11-22T01:00:00Z"),)))
+    with_xid = vouched(dataclasses.replace(upgraded, xid_events=(XidEvent(uuid, 79, "2026-11-22T01:00:00Z"),)))
     assert with_xid.inventory_digest == upgraded.inventory_digest  # events are no inventory, but are read
     client.post(REPORT, with_xid.to_dict(), format="json")
     assert list(GpuEvent.objects.values_list("code", flat=True)) == [79]
@@ -284,21 +279,21 @@ def test_a_report_with_a_digest_the_server_has_not_recorded_or_with_events_is_re
 )
 def test_metrics_the_database_cannot_hold_are_refused_by_field_on_either_path(node_a, name, value):
     backend, node, client = node_a
-    client.post(REPORT, _vouched(report_of(backend)).to_dict(), format="json")
+    client.post(REPORT, vouched(report_of(backend)).to_dict(), format="json")
     seen = Node.objects.get(pk=node.pk).agent_last_seen_at
-    for body in (_vouched(report_of(backend)).to_dict(), report_of(backend).to_dict()):  # metrics alone; read whole
+    for body in (vouched(report_of(backend)).to_dict(), report_of(backend).to_dict()):  # metrics alone; read whole
         body["gpus"][1][name] = value
         answer = client.post(REPORT, body, format="json")
         assert answer.status_code == 400, answer.content
         (problem,) = answer.json()["errors"][f"gpus[1].{name}"]
-        assert problem.startswith("must be a finite number from 0 to ") and problem.endswith(f", not {value!r}")
+        assert problem.startswith("must be from 0 to ") and problem.endswith(f", not {value!r}")
     assert Node.objects.get(pk=node.pk).agent_last_seen_at == seen
 
 
 def test_a_report_read_for_its_metrics_must_still_carry_every_field_of_a_report(node_a):
     backend, node, client = node_a
-    client.post(REPORT, _vouched(report_of(backend)).to_dict(), format="json")
-    body = _vouched(report_of(backend)).to_dict()
+    client.post(REPORT, vouched(report_of(backend)).to_dict(), format="json")
+    body = vouched(report_of(backend)).to_dict()
     del body["driver_version"]
     answer = client.post(REPORT, body, format="json")
     assert answer.status_code == 400 and answer.json()["errors"] == {"driver_version": ["is required"]}

@@ -4,6 +4,7 @@ matrix of tests/core/test_authz_matrix.py."""
 
 import pytest
 
+from core.services import api_token_rotate
 from core.views import NO_ROLE
 from tests.factories import UserFactory
 
@@ -48,6 +49,20 @@ def test_metrics_with_the_configured_bearer_token(client, settings):
 def test_no_token_configured_means_no_token_accepted(client, settings):
     settings.TESSERA = {**settings.TESSERA, "METRICS_TOKEN": ""}
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 401
+
+
+def test_metrics_with_a_viewers_api_token(client, viewer):
+    """A token acts with its user's role (docs/security.md), on /metrics too: Prometheus can scrape with a viewer's
+    token (`authorization: {type: Token}`) where no metrics token is set (issue 25)."""
+    _, token = api_token_rotate(user=viewer)
+    assert b"tessera_gpus" in client.get("/metrics", HTTP_AUTHORIZATION=f"Token {token}").content
+    _, no_role_token = api_token_rotate(user=UserFactory(username="newcomer"))
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Token {no_role_token}").status_code == 403
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Token tsu_wrong").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Token \u00e9").status_code == 401
+    viewer.is_active = False
+    viewer.save()
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Token {token}").status_code == 401
 
 
 def test_metrics_public_when_configured(client, settings):

@@ -148,9 +148,9 @@ ACCESS: dict[str, Access] = {
     # --- schema, docs, probes, metrics ------------------------------------------------------------------------------
     "api-schema": reads(),  # or anyone with TESSERA_API_DOCS_PUBLIC (tests/core/test_access.py)
     "api-docs": reads(),
-    "metrics": reads(),  # or the bearer token of TESSERA_METRICS_TOKEN (tests/core/test_access.py)
+    "metrics": reads(),  # or TESSERA_METRICS_TOKEN's bearer token, or a viewer's API token (tests/core/test_access.py)
     "healthz": Access({"GET": PUBLIC}),
-    "readyz": Access({"GET": PUBLIC}),
+    "readyz": Access({"GET": PUBLIC}),  # the status; its checks only as /metrics (tests/core/test_health.py)
     "favicon": Access({"GET": PUBLIC}),
     # --- UI: signing in ---------------------------------------------------------------------------------------------
     "login": Access({"GET": PUBLIC, "POST": PUBLIC}),

@@ -4,10 +4,12 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from core import health, metrics
-from tests.factories import GpuFactory
+from core.services import api_token_rotate
+from tests.factories import ClusterFactory, GpuFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -17,7 +19,8 @@ def test_healthz_is_cheap(client, django_assert_num_queries):
         assert client.get("/healthz").json() == {"status": "ok"}
 
 
-def test_readyz_reports_each_dependency(client):
+def test_readyz_reports_each_dependency(client, viewer):
+    client.force_login(viewer)
     response = client.get("/readyz")
     assert response.status_code == 200  # only the database is required by default
     body = response.json()
@@ -29,15 +32,19 @@ def test_readyz_reports_each_dependency(client):
     assert body["status"] == "degraded"
 
 
-def test_readyz_answers_503_when_a_required_check_fails(client, settings):
+def test_readyz_answers_503_when_a_required_check_fails(client, settings, viewer):
     settings.TESSERA = {**settings.TESSERA, "READYZ_REQUIRED": ["database", "beat"]}
+    assert client.get("/readyz").json() == {"status": "unavailable"}  # a load balancer's probe: the status alone
+    client.force_login(viewer)
     response = client.get("/readyz")
     assert response.status_code == 503
     assert response.json()["status"] == "unavailable"
     assert response.json()["checks"]["beat"]["required"]
 
 
-def test_readyz_a_failing_check_says_why(client, monkeypatch):
+def test_readyz_a_failing_check_says_why(client, monkeypatch, viewer):
+    client.force_login(viewer)
+
     def broken():
         raise RuntimeError("boom")
 
@@ -49,6 +56,32 @@ def test_readyz_a_failing_check_says_why(client, monkeypatch):
         "required": True,
         "detail": "the check itself failed: RuntimeError: boom",
     }
+
+
+def test_readyz_tells_anonymous_callers_the_status_alone(client, settings, viewer):
+    """Issue 25: anonymous /readyz named every cluster (`watch:<cluster>`), the database engine and the broker. The
+    status and its code (what the Kubernetes probes and `make run`'s supervisor read) stay for everyone; the
+    details are for those who may read /metrics."""
+    settings.TESSERA = {**settings.TESSERA, "METRICS_TOKEN": "probe-me-0123456789"}
+    ClusterFactory(name="secret-prod-east", driver="kubernetes")
+    anonymous = client.get("/readyz")
+    assert anonymous.status_code == 200 and anonymous.json() == {"status": "degraded"}
+    for leak in ("secret-prod-east", "watch:", connection.vendor, "broker", "redis", "memory"):
+        assert leak not in anonymous.content.decode()
+    assert "Authorization" in anonymous["Vary"]
+    no_role = UserFactory(username="newcomer")
+    _, no_role_token = api_token_rotate(user=no_role)
+    _, viewer_token = api_token_rotate(user=viewer)
+    for headers in ({"HTTP_AUTHORIZATION": "Bearer wrong"}, {"HTTP_AUTHORIZATION": f"Token {no_role_token}"}):
+        assert client.get("/readyz", **headers).json() == {"status": "degraded"}
+    client.force_login(no_role)
+    assert client.get("/readyz").json() == {"status": "degraded"}
+    client.logout()
+    for authorization in ("Bearer probe-me-0123456789", f"Token {viewer_token}"):
+        checks = client.get("/readyz", HTTP_AUTHORIZATION=authorization).json()["checks"]
+        assert {"database", "broker", "watch:secret-prod-east"} <= set(checks)
+    client.force_login(viewer)
+    assert "watch:secret-prod-east" in client.get("/readyz").json()["checks"]
 
 
 def test_metrics_exposes_fleet_gauges(scrape):
@@ -103,6 +136,7 @@ def test_the_parts_of_make_run_show_in_readyz_metrics_and_the_overview(client, v
     status = {"supervisor_pid": os.getpid(), "updated_at": time.time(), "children": children}
     (tmp_path / "run" / "children.json").write_text(json.dumps(status))
 
+    client.force_login(viewer)
     body = client.get("/readyz").json()
     assert body["checks"]["embedded:web"]["ok"] and not body["checks"]["embedded:web"]["required"]
     assert "restarted 2 times, last exit signal 9" in body["checks"]["embedded:worker"]["detail"]

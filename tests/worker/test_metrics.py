@@ -99,8 +99,9 @@ def test_reconcile_runs_and_beat_readiness(scrape, client):
     assert not client.get("/readyz").json()["checks"]["beat"]["ok"]
 
 
-def test_watch_heartbeat_and_readiness(scrape, client):
+def test_watch_heartbeat_and_readiness(scrape, client, viewer):
     cluster = ClusterFactory(name="east")
+    client.force_login(viewer)  # /readyz's details are for viewers (and the metrics token)
     checks = client.get("/readyz").json()["checks"]
     assert checks["watch:east"] == {
         "ok": False,
