@@ -57,11 +57,11 @@ lint: install-dev
 # default a `make run` install uses (its bounds must hold in both databases' columns; ~26 s of CPU): docs/security.md.
 HOSTILE_REPORTS := tests/agents/test_hostile_reports.py
 test: install-dev chromium prometheus lint
-	DJANGO_SETTINGS_MODULE=config.settings.test $(BIN)/pytest $(PYTEST_ARGS)
 	@if [ -n "$$DATABASE_URL" ] && [ -z "$(PYTEST_ARGS)" ]; then \
-		echo "The hostile agent-report tests on SQLite:"; \
+		echo "The hostile agent-report tests on SQLite (then the whole suite on DATABASE_URL):"; \
 		env -u DATABASE_URL DJANGO_SETTINGS_MODULE=config.settings.test $(BIN)/pytest -q $(HOSTILE_REPORTS); \
 	fi
+	DJANGO_SETTINGS_MODULE=config.settings.test $(BIN)/pytest $(PYTEST_ARGS)
 
 format: install-dev
 	$(BIN)/ruff check --fix .
