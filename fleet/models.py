@@ -14,6 +14,7 @@ from fleet.choices import (
     ConfigState,
     ConnectionState,
     GpuHealth,
+    GpuStack,
     SharingMode,
 )
 from fleet.health import health_words, missing_signals
@@ -138,6 +139,16 @@ class Node(models.Model):
         default=dict, blank=True, help_text="The kubelet's topology and CPU manager policies, from its configz."
     )
     observed_mode = models.CharField(max_length=20, choices=SharingMode.choices, blank=True)
+    gpu_stack = models.CharField(
+        max_length=20,
+        choices=GpuStack.choices,
+        blank=True,
+        help_text="What serves the node's GPUs: the device plugin or NVIDIA's DRA driver (under a ClusterPolicy or a "
+        "GPUCluster); empty until a full sync read it.",
+    )
+    dynamic_mig = models.BooleanField(
+        null=True, blank=True, help_text="The DRA driver's DynamicMIG is on; null: not a DRA node, or not known."
+    )
     observed_mig_config = models.CharField(max_length=253, blank=True)
     observed_device_plugin_config = models.CharField(max_length=253, blank=True)
     config_state = models.CharField(max_length=20, choices=ConfigState.choices, default=ConfigState.UNKNOWN)

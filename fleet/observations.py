@@ -55,6 +55,9 @@ class NodeObservation:
     gpus: tuple[GpuObservation, ...] | None = None
     # None: this source does not read host tuning (leave it); a dict: {thp, swappiness, cpu_governor, ...}.
     host_settings: dict | None = None
+    # None: this source does not read the GPU stack (leave it and dynamic_mig); else a fleet.choices.GpuStack value.
+    gpu_stack: str | None = None
+    dynamic_mig: bool | None = None
 
 
 @dataclass(frozen=True)

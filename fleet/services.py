@@ -437,6 +437,8 @@ def inventory_record(
         values = {f: getattr(obs, f) for f in NODE_FIELDS}
         if obs.host_settings is not None:  # only agents read host tuning; other sources leave it
             values["host_settings"] = obs.host_settings
+        if obs.gpu_stack is not None:  # only a full Kubernetes sync reads it; node watch events leave it
+            values["gpu_stack"], values["dynamic_mig"] = obs.gpu_stack, obs.dynamic_mig
         if node is None:
             node = Node(cluster=cluster, name=name, last_seen_at=now, config_state_since=now, **values)
             node.pool_id = _pool_for(obs.labels, selector_pools, None)

@@ -21,6 +21,7 @@ import functools
 import celpy
 from celpy import celtypes
 
+from sharing.dra import DRIVER, newest_complete, pool_key
 from sharing.mig import GpuProduct
 from simulator.controller import ControllerLoop
 from simulator.errors import ApiError
@@ -40,7 +41,6 @@ from simulator.resources import (
 from simulator.store import Change, Store, now_timestamp
 from simulator.workload import DAEMONSET_TOLERATIONS, pod_object
 
-DRIVER = "gpu.nvidia.com"
 PLUGIN_NAMESPACE = "nvidia-dra-driver-gpu"
 PLUGIN_DAEMONSET = "dra-driver-nvidia-gpu-kubelet-plugin"
 # The Helm chart's pod labels (templates/_helpers.tpl: templateLabels + selectorLabels for "kubelet-plugin").
@@ -375,7 +375,7 @@ class Dra(ControllerLoop):
         self.plugin_starts[node] = self.plugin_starts.get(node, 0) + 1
         devices = discover(self._nodes[node])
         store = self._store
-        mine = [s for s in store.objects(RESOURCE_SLICES) if _pool_of(s) == (DRIVER, node)]
+        mine = [s for s in store.objects(RESOURCE_SLICES) if pool_key(s) == (DRIVER, node)]
         generation = max((s["spec"]["pool"].get("generation", 0) for s in mine), default=0)
         current = [s for s in mine if s["spec"]["pool"].get("generation", 0) == generation]
         matched = next((s for s in current if s["metadata"]["name"].startswith("00000-")), None)
@@ -719,25 +719,6 @@ def _is_plugin_pod(pod: dict) -> bool:
     return pod["metadata"].get("namespace") == PLUGIN_NAMESPACE and all(
         labels.get(k) == v for k, v in PLUGIN_LABELS.items()
     )
-
-
-def _pool_of(slice_obj: dict) -> tuple[str, str]:
-    spec = slice_obj.get("spec") or {}
-    return spec.get("driver", ""), (spec.get("pool") or {}).get("name", "")
-
-
-def newest_complete(slices: list[dict]) -> dict[tuple[str, str], list[dict]]:
-    """(driver, pool) -> the slices of its highest generation, when all `resourceSliceCount` of them are there."""
-    pools: dict[tuple[str, str], list[dict]] = {}
-    for s in slices:
-        pools.setdefault(_pool_of(s), []).append(s)
-    complete = {}
-    for key, members in pools.items():
-        top = max(m["spec"]["pool"].get("generation", 0) for m in members)
-        newest = [m for m in members if m["spec"]["pool"].get("generation", 0) == top]
-        if len(newest) >= max(m["spec"]["pool"].get("resourceSliceCount", 1) for m in newest):
-            complete[key] = newest
-    return complete
 
 
 def _pool_devices(slices: list[dict], node: str) -> list[dict]:

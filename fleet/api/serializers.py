@@ -189,6 +189,8 @@ class NodeSerializer(serializers.ModelSerializer):
             "cluster",
             "pool",
             *NODE_FIELDS,  # what the node reports, written by ingest
+            "gpu_stack",
+            "dynamic_mig",
             "config_state_since",
             "last_seen_at",
             "agent_last_seen_at",

@@ -21,6 +21,7 @@ from worker.drivers.kubernetes.labels import node_labels, node_ready
 from worker.drivers.kubernetes.operator import HealthReport, Operator
 from worker.inventory.dcgm import gpu_metrics, gpu_observations
 from worker.inventory.exporters import fetch_metrics
+from worker.inventory.gpustack import read_dra
 from worker.inventory.nodes import list_gpu_nodes, node_observation, warnings_by_node
 
 log = logging.getLogger(__name__)
@@ -41,9 +42,11 @@ class SyncResult:
 def sync_cluster_full(cluster, *, gpus: bool = True, metrics: bool = True, record_contact: bool = True) -> SyncResult:
     """List every GPU node and record them all (nodes not listed are marked gone). With `gpus`, dcgm-exporter is
     scraped for the GPUs and MIG devices; with `metrics` too, their utilisation and health are recorded."""
-    core = client.CoreV1Api(k8s.api_client(cluster))
+    api = k8s.api_client(cluster)
+    core = client.CoreV1Api(api)
     nodes, version = list_gpu_nodes(core)
     warnings = warnings_by_node(core, cluster.operator_namespace)
+    dra = read_dra(api)
     scraped = {}
     if gpus:
         try:
@@ -55,7 +58,7 @@ def sync_cluster_full(cluster, *, gpus: bool = True, metrics: bool = True, recor
         name = node["metadata"]["name"]
         samples = scraped.get(name)
         found = gpu_observations(node_labels(node).get("nvidia.com/gpu.product", ""), samples) if samples else None
-        observations.append(node_observation(node, gpus=found, warning=warnings.get(name, "")))
+        observations.append(node_observation(node, gpus=found, warning=warnings.get(name, ""), stack=dra))
     changed = inventory_record(cluster=cluster, nodes=observations, complete=True)
     recorded = gpu_metrics_record(samples=gpu_metrics(scraped)) if scraped and metrics else 0
     if record_contact:
