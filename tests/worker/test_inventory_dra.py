@@ -4,7 +4,7 @@
 import pytest
 from django.urls import reverse
 
-from fleet.models import Node
+from fleet.models import Gpu, Node
 from fleet.services import inventory_record
 from worker.inventory.cluster import sync_cluster_full
 from worker.inventory.nodes import node_observation
@@ -46,3 +46,22 @@ def test_cluster_and_node_pages_and_the_api_say_which_stack_each_node_runs(sim, 
     listed = client.get("/api/v1/nodes/?gpu_stack=dra_clusterpolicy").json()
     assert sorted(n["name"] for n in listed["results"]) == sorted(sim.dra.dra_nodes)
     assert {(n["gpu_stack"], n["dynamic_mig"]) for n in listed["results"]} == {("dra_clusterpolicy", False)}
+
+
+@pytest.mark.django_db
+def test_a_preview_says_it_assumed_the_device_plugin_on_dra_nodes(sim, sim_cluster, admin_api, viewer_api):
+    sync_cluster_full(sim_cluster, gpus=True, metrics=False)
+    products = sorted(set(Gpu.objects.values_list("product", flat=True)))
+    profile = {"name": "whole", "mode": "passthrough", "target_products": products}
+    created = admin_api.post("/api/v1/profiles/", profile, format="json")
+    assert created.status_code == 201, created.json()
+    pk = created.json()["id"]
+    ids = list(Node.objects.order_by("name").values_list("pk", flat=True))
+    body = viewer_api.post(f"/api/v1/profiles/{pk}/preview/", {"nodes": ids}, format="json").json()
+    by_name = {item["node"]["name"]: item for item in body["nodes"]}
+    for name, item in by_name.items():
+        if name in sim.dra.dra_nodes:
+            assert item["gpu_stack"] == "dra_clusterpolicy"
+            assert item["assumption"].startswith("Assumed the device plugin, but NVIDIA's DRA driver serves this node")
+        else:
+            assert (item["gpu_stack"], item["assumption"]) == ("device_plugin", "")
