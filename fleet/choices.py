@@ -37,6 +37,9 @@ class GpuStack(models.TextChoices):
     DRA_GPU_CLUSTER = "dra_gpucluster", "NVIDIA DRA driver (GPUCluster)"
 
 
+DRA_STACKS = (GpuStack.DRA_CLUSTER_POLICY, GpuStack.DRA_GPU_CLUSTER)
+
+
 class ConfigState(models.TextChoices):
     """State of the node's sharing config as the node reports it (nvidia.com/mig.config.state or the agent)."""
 

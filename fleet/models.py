@@ -212,6 +212,11 @@ class Gpu(models.Model):
     pci_bus_id = models.CharField(max_length=32, blank=True)
     pci_device_id = models.CharField(max_length=16, blank=True)
     numa_node = models.SmallIntegerField(null=True, blank=True)
+    dra_device = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text="driver/pool/device of the GPU in its node's ResourceSlices (DRA nodes, whole GPUs); else empty.",
+    )
     mig_capable = models.BooleanField(default=False)
     mig_enabled = models.BooleanField(default=False)
     mig_pending = models.BooleanField(null=True, blank=True, help_text="MIG mode after the next reset, if different.")
@@ -319,6 +324,9 @@ class MigDevice(models.Model):
     start = models.PositiveSmallIntegerField()
     size = models.PositiveSmallIntegerField()
     uuid = models.CharField(max_length=64, blank=True)
+    dra_device = models.CharField(
+        max_length=300, blank=True, help_text="driver/pool/device in the node's ResourceSlices (DRA nodes); else empty."
+    )
     gpu_instance_id = models.PositiveSmallIntegerField(null=True, blank=True)
     compute_instance_id = models.PositiveSmallIntegerField(null=True, blank=True)
     memory_mib = models.PositiveIntegerField(default=0)

@@ -14,6 +14,7 @@ class MigDeviceObservation:
     compute_instance_id: int | None = None
     memory_mib: int = 0
     in_use_by: str = ""
+    dra_device: str = ""  # driver/pool/device on a DRA node (sharing.dra.device_key)
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class GpuObservation:
     mig_devices: tuple[MigDeviceObservation, ...] | None = None
     # None: this source does not read GPU settings (leave them); a dict: {compute_mode, persistence_mode, ...}.
     settings: dict | None = None
+    # None: this source does not read DRA devices (leave it); else driver/pool/device, "" when not published whole.
+    dra_device: str | None = None
 
 
 @dataclass(frozen=True)

@@ -512,6 +512,8 @@ def _record_gpus(
             values = {f: getattr(g, f) for f in GPU_FIELDS}
             if g.settings is not None:  # only agents read GPU settings; other sources leave them
                 values["settings"] = g.settings
+            if g.dra_device is not None:  # only ResourceSlices name DRA devices; other sources leave it
+                values["dra_device"] = g.dra_device
             gpu = existing.get(g.uuid)
             if gpu is None:
                 gpu = Gpu(node_id=node_id, uuid=g.uuid, **values)

@@ -6,6 +6,8 @@ docs/nvidia-contracts.md §13 (pool = node name, newest complete generation, the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 DRIVER = "gpu.nvidia.com"
 # The kubelet plugin's pods: the driver's Helm chart and the GPU Operator's GPUCluster label them differently (§13.3).
 HELM_PLUGIN_SELECTOR = "dra-driver-nvidia-gpu-component=kubelet-plugin"
@@ -98,3 +100,126 @@ def node_stack(
     if deploy in ("true", "paused-for-mig-change") or any(k.startswith("nvidia.com/") for k in allocatable):
         return DEVICE_PLUGIN, None
     return "", None
+
+
+# -- inventory: GPUs and MIG devices of a pool ------------------------------------------------------------------------
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def quantity_mib(text: str) -> int:
+    """A byte quantity ("81559Mi", "85520809984", "80Gi") in MiB, rounded down; 0 when unreadable."""
+    text = str(text or "").strip()
+    for suffix, factor in _BINARY.items():
+        if text.endswith(suffix) and text[: -len(suffix)].isdigit():
+            return int(text[: -len(suffix)]) * factor // 2**20
+    return int(text) // 2**20 if text.isdigit() else 0
+
+
+@dataclass(frozen=True)
+class DraMig:
+    device: str  # the slice's device name: gpu-<minor>-mig-<profile>-<GI profile id>-<start>
+    profile: str
+    start: int
+    size: int  # memory slices held (memorySlice<i> capacities)
+    uuid: str
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class DraGpu:
+    minor: int
+    uuid: str
+    product_name: str  # NVML's, as the productName attribute carries it
+    memory_mib: int  # 0 when the pool shows only its MIG devices
+    pci_bus_id: str
+    device: str  # gpu-<minor>; "" when MIG mode is on (the parent is not published)
+    migs: tuple[DraMig, ...] = ()
+
+
+def _attr(device: dict, key: str) -> str:
+    value = (device.get("attributes") or {}).get(key) or {}
+    return str(next(iter(value.values()), "")) if value else ""
+
+
+def pool_gpus(slices: list[dict]) -> list[DraGpu]:
+    """The physical GPUs of a pool's slices (its newest complete generation), by minor: whole GPUs as published, MIG
+    GPUs rebuilt from their MIG devices (parentUUID, the minor and start in the device name, the memorySlice
+    capacities). DynamicMIG's candidate devices (no uuid: not created) are not instances and are left out."""
+    whole: dict[str, DraGpu] = {}
+    migs: dict[str, list[tuple[int, DraMig, dict]]] = {}
+    for s in slices:
+        if (s.get("spec") or {}).get("driver") != DRIVER:
+            continue
+        for device in (s.get("spec") or {}).get("devices") or []:
+            name, kind = device.get("name", ""), _attr(device, "type")
+            capacity = device.get("capacity") or {}
+            if kind == "gpu" and _attr(device, "uuid"):
+                whole[_attr(device, "uuid")] = DraGpu(
+                    minor=int(name.split("-")[1]) if name.split("-")[1:2] and name.split("-")[1].isdigit() else 0,
+                    uuid=_attr(device, "uuid"),
+                    product_name=_attr(device, "productName"),
+                    memory_mib=quantity_mib((capacity.get("memory") or {}).get("value")),
+                    pci_bus_id=_attr(device, "resource.kubernetes.io/pciBusID"),
+                    device=name,
+                )
+            elif kind == "mig" and _attr(device, "uuid") and _attr(device, "parentUUID"):
+                parts = name.split("-")
+                slices_held = [k for k in capacity if k.startswith("memorySlice")]
+                mig = DraMig(
+                    device=name,
+                    profile=_attr(device, "profile"),
+                    start=int(parts[-1]) if parts[-1].isdigit() else 0,
+                    size=len(slices_held) or 1,
+                    uuid=_attr(device, "uuid"),
+                    memory_mib=quantity_mib((capacity.get("memory") or {}).get("value")),
+                )
+                minor = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+                migs.setdefault(_attr(device, "parentUUID"), []).append((minor, mig, device))
+    gpus = list(whole.values())
+    for parent, members in migs.items():
+        minor, _, first = members[0]
+        gpus.append(
+            DraGpu(
+                minor=minor,
+                uuid=parent,
+                product_name=_attr(first, "productName"),
+                memory_mib=0,
+                pci_bus_id=_attr(first, "resource.kubernetes.io/pciBusID"),
+                device="",
+                migs=tuple(sorted((m for _, m, _ in members), key=lambda m: m.start)),
+            )
+        )
+    return sorted(gpus, key=lambda g: g.minor)
+
+
+def device_key(pool: str, device: str) -> str:
+    """How Tessera stores a DRA device's identity: driver/pool/device (what a claim's allocation result names)."""
+    return f"{DRIVER}/{pool}/{device}"
+
+
+# -- who holds what: ResourceClaims ------------------------------------------------------------------------------------
+
+
+def claim_holdings(claims: list[dict], resource_of: dict[str, str]) -> dict[str, dict[str, int]]:
+    """Pod uid -> the GPU resources its claims hold, named as the device plugin would advertise them
+    (`resource_of`: driver/pool/device -> `nvidia.com/gpu` or `nvidia.com/mig-<profile>`), so previews, demand and
+    GPU-hours count DRA pods as they count device-plugin ones. A claim shared by several pods counts for each;
+    devices Tessera does not know (another driver, a pool not yet read) are left out."""
+    held: dict[str, dict[str, int]] = {}
+    for claim in claims:
+        status = claim.get("status") or {}
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        resources: dict[str, int] = {}
+        for result in results:
+            name = resource_of.get(f"{result.get('driver')}/{result.get('pool')}/{result.get('device')}")
+            if name:
+                resources[name] = resources.get(name, 0) + 1
+        if not resources:
+            continue
+        for consumer in status.get("reservedFor") or []:
+            if consumer.get("resource") == "pods" and consumer.get("uid"):
+                mine = held.setdefault(consumer["uid"], {})
+                for name, count in resources.items():
+                    mine[name] = mine.get(name, 0) + count
+    return held

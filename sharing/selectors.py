@@ -9,7 +9,7 @@ from django.db.models import Value as V
 from django.db.models.functions import Coalesce
 
 from core.exceptions import ApplicationError
-from fleet.choices import ClusterDriver, GpuStack
+from fleet.choices import DRA_STACKS, ClusterDriver
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool, Pod
 from sharing.models import PoolSharing, SharingProfile
 from sharing.nvidia_import import ClusterConfigs, ImportPlan, ProposedProfile, plan_import
@@ -50,11 +50,10 @@ class NodeImpact:
         return DRA_ASSUMPTION if self.node.gpu_stack in DRA_STACKS else ""
 
 
-DRA_STACKS = (GpuStack.DRA_CLUSTER_POLICY, GpuStack.DRA_GPU_CLUSTER)
 DRA_ASSUMPTION = (
-    "Assumed the device plugin, but NVIDIA's DRA driver serves this node: pods holding ResourceClaims are not "
-    "listed, a device-plugin config written here is read by nothing, and a MIG change shows only after the "
-    "driver's kubelet plugin restarts, which Tessera does not do yet."
+    "Assumed the device plugin, but NVIDIA's DRA driver serves this node: resources are the device plugin's names "
+    "for its devices (pods count by what their ResourceClaims hold), a device-plugin config written here is read by "
+    "nothing, and a MIG change shows only after the driver's kubelet plugin restarts, which Tessera does not do yet."
 )
 
 

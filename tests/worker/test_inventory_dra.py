@@ -4,15 +4,22 @@
 import pytest
 from django.urls import reverse
 
-from fleet.models import Gpu, Node
+from fleet.models import Gpu, MigDevice, Node, Pod
 from fleet.services import inventory_record
-from worker.inventory.cluster import sync_cluster_full
+from simulator.resources import RESOURCE_CLAIM_TEMPLATES
+from tests.processes import wait_until
+from tests.worker.test_inventory import Running
+from worker.inventory.cluster import scrape_metrics, sync_cluster_full
 from worker.inventory.nodes import node_observation
+from worker.inventory.pods import sync_pods
+
+MERGE = "application/merge-patch+json"
+MIG_NODE, MIG_CLASS = "gpu-node-0008", "mig.nvidia.com"  # H100 on all-1g.10gb at start
 
 
 @pytest.fixture
 def sim_options():
-    return {"nodes": 6, "dra_nodes": "mixed"}
+    return {"nodes": 8, "dra_nodes": "mixed"}
 
 
 @pytest.mark.django_db
@@ -36,7 +43,7 @@ def test_cluster_and_node_pages_and_the_api_say_which_stack_each_node_runs(sim, 
     client.force_login(viewer)
     sync_cluster_full(sim_cluster, gpus=False, metrics=False)
     page = client.get(reverse("fleet:cluster_detail", args=[sim_cluster.pk])).content.decode()
-    assert "Device plugin (ClusterPolicy): 3" in page and "NVIDIA DRA driver (ClusterPolicy): 3" in page
+    assert "Device plugin (ClusterPolicy): 4" in page and "NVIDIA DRA driver (ClusterPolicy): 4" in page
     dra = Node.objects.get(name=sorted(sim.dra.dra_nodes)[0])
     node_page = client.get(reverse("console:node_detail", args=[dra.pk])).content.decode()
     assert "NVIDIA DRA driver (ClusterPolicy)" in node_page and "DynamicMIG off" in node_page
@@ -65,3 +72,86 @@ def test_a_preview_says_it_assumed_the_device_plugin_on_dra_nodes(sim, sim_clust
             assert item["assumption"].startswith("Assumed the device plugin, but NVIDIA's DRA driver serves this node")
         else:
             assert (item["gpu_stack"], item["assumption"]) == ("device_plugin", "")
+
+
+@pytest.mark.django_db
+def test_dra_gpus_and_mig_devices_come_from_the_pool_keyed_by_driver_pool_device(sim, sim_cluster, core):
+    sync_cluster_full(sim_cluster, gpus=True, metrics=False)
+    whole = Gpu.objects.filter(node__name="gpu-node-0002").order_by("index")
+    assert [g.dra_device for g in whole] == [f"gpu.nvidia.com/gpu-node-0002/gpu-{i}" for i in range(8)]
+    assert {g.product for g in whole} == {"NVIDIA-H100-80GB-HBM3"}
+    assert [g.uuid for g in whole] == [g.uuid for g in sim.nodes["gpu-node-0002"].gpus]
+    # gpu-node-0004 (A100-80GB, a DRA node) goes MIG; the pool shows it once the plugin restarted.
+    core.patch_node(
+        "gpu-node-0004", {"metadata": {"labels": {"nvidia.com/mig.config": "all-1g.10gb"}}}, _content_type=MERGE
+    )
+    assert sim.settle()
+    sync_cluster_full(sim_cluster, gpus=True, metrics=False)
+    assert not MigDevice.objects.filter(gpu__node__name="gpu-node-0004").exists()  # discovery only at plugin start
+    sim.restart_dra_plugin("gpu-node-0004")
+    assert sim.settle()
+    sync_cluster_full(sim_cluster, gpus=True, metrics=False)
+    hardware = {d["uuid"]: d for g in sim.state("gpu-node-0004")["gpus"] for d in g["mig_devices"]}
+    stored = MigDevice.objects.filter(gpu__node__name="gpu-node-0004")
+    assert {m.uuid for m in stored} == set(hardware) and len(hardware) == 8 * 7
+    for m in stored:
+        assert (m.profile, m.start, m.size) == ("1g.10gb", hardware[m.uuid]["start"], 1)
+        assert m.dra_device == f"gpu.nvidia.com/gpu-node-0004/gpu-{m.gpu.index}-mig-1g10gb-19-{m.start}"
+    assert set(Gpu.objects.filter(node__name="gpu-node-0004").values_list("mig_enabled", "dra_device")) == {(True, "")}
+    scrape_metrics(sim_cluster)  # dcgm-exporter's view leaves what the slices said
+    assert MigDevice.objects.filter(gpu__node__name="gpu-node-0004").exclude(dra_device="").count() == 56
+    assert Gpu.objects.get(node__name="gpu-node-0002", index=0).dra_device == "gpu.nvidia.com/gpu-node-0002/gpu-0"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_watch_follows_a_pools_new_devices_recording_only_that_node(sim, sim_cluster, core):
+    with Running(sim_cluster, gpus_on_start=True) as watcher:
+        wait_until(lambda: Gpu.objects.filter(node__name="gpu-node-0006").exclude(dra_device="").count() == 4,
+                   timeout=20, message="the listing's DRA GPUs")  # fmt: skip
+        core.patch_node(
+            "gpu-node-0004", {"metadata": {"labels": {"nvidia.com/mig.config": "all-3g.40gb"}}}, _content_type=MERGE
+        )
+        assert sim.settle()
+        sim.restart_dra_plugin("gpu-node-0004")
+        wait_until(lambda: MigDevice.objects.filter(gpu__node__name="gpu-node-0004").count() == 16, timeout=20,
+                   message="the new MIG devices of the pool")  # fmt: skip
+        assert watcher.stats.lists == 1  # followed by the slice stream, not a re-list
+        assert watcher.stats.slice_events >= 1 and watcher.stats.last_batch_pools == 1  # one node changed
+    profiles = set(MigDevice.objects.filter(gpu__node__name="gpu-node-0004").values_list("profile", flat=True))
+    assert profiles == {"3g.40gb"}
+
+
+@pytest.mark.django_db
+def test_pods_hold_what_their_claims_hold_and_the_preview_names_those_losing_a_slice(
+    sim, sim_cluster, admin_api, viewer_api
+):
+    sim.store.create(
+        RESOURCE_CLAIM_TEMPLATES,
+        {
+            "metadata": {"name": "one-slice", "namespace": "research"},
+            "spec": {
+                "spec": {"devices": {"requests": [{"name": "mig", "exactly": {"deviceClassName": "mig.nvidia.com"}}]}}
+            },
+        },
+    )
+    mig = sim.add_dra_pod(
+        "research",
+        "slice-user",
+        claims=[{"name": "mig", "resourceClaimTemplateName": "one-slice"}],
+        node="gpu-node-0008",
+    )
+    whole = sim.add_dra_pod("ml-training", "two-gpus", gpus=2, node="gpu-node-0002")
+    assert mig["status"]["phase"] == whole["status"]["phase"] == "Running"
+    sync_cluster_full(sim_cluster, gpus=True, metrics=False)
+    sync_pods(sim_cluster)
+    held = {(p.node.name, p.name): p.gpu_resources for p in Pod.objects.select_related("node")}
+    assert held[(MIG_NODE, "slice-user")] == {"nvidia.com/mig-1g.10gb": 1}
+    assert held[("gpu-node-0002", "two-gpus")] == {"nvidia.com/gpu": 2}
+    products = sorted(set(Gpu.objects.values_list("product", flat=True)))
+    created = admin_api.post(
+        "/api/v1/profiles/", {"name": "whole", "mode": "passthrough", "target_products": products}, format="json"
+    )
+    node = Node.objects.get(name=MIG_NODE)
+    body = viewer_api.post(f"/api/v1/profiles/{created.json()['id']}/preview/", {"nodes": [node.pk]}, format="json")
+    (item,) = body.json()["nodes"]
+    assert [(p["namespace"], p["name"]) for p in item["pods_losing"]] == [("research", "slice-user")]
