@@ -223,3 +223,14 @@ def claim_holdings(claims: list[dict], resource_of: dict[str, str]) -> dict[str,
                 for name, count in resources.items():
                     mine[name] = mine.get(name, 0) + count
     return held
+
+
+def pool_resources(slices: list[dict]) -> dict[str, int]:
+    """A pool's devices counted under the names the device plugin would advertise (`nvidia.com/gpu`,
+    `nvidia.com/mig-<profile>`), so a rollout verifies a DRA node against the same expected resources."""
+    counts: dict[str, int] = {}
+    for gpu in pool_gpus(slices):
+        names = ["nvidia.com/mig-" + m.profile.replace("+", ".") for m in gpu.migs] if gpu.migs else ["nvidia.com/gpu"]
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+    return counts
