@@ -52,8 +52,8 @@ class NodeImpact:
 
 DRA_ASSUMPTION = (
     "Assumed the device plugin, but NVIDIA's DRA driver serves this node: resources are the device plugin's names "
-    "for its devices (pods count by what their ResourceClaims hold); a device-plugin config (time-slicing, MPS) "
-    "written here is read by nothing, and pods holding only ResourceClaims are not drained before a MIG change."
+    "for its devices (pods count by what their ResourceClaims hold), and a device-plugin config (time-slicing, "
+    "MPS) written here is read by nothing."
 )
 
 

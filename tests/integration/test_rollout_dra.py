@@ -6,10 +6,14 @@ only at start), and a change is verified only once the node's pool shows exactly
 import pytest
 
 from sharing.dra import newest_complete, pool_resources
-from simulator.resources import RESOURCE_SLICES
+from simulator.resources import RESOURCE_CLAIM_TEMPLATES, RESOURCE_SLICES
 from tests.integration.test_rollout_faults import POOL_NODES, _fleet, drive, start_rollout
+from worker.drivers import driver_for
 
 pytestmark = [pytest.mark.services, pytest.mark.filterwarnings("ignore::celery.exceptions.AlwaysEagerIgnored")]
+
+
+NODE, GPU_CLASS = "gpu-node-0002", "gpu.nvidia.com"  # an idle H100, whole GPUs at start
 
 
 @pytest.fixture
@@ -36,3 +40,20 @@ def test_a_mig_profile_rolls_out_to_dra_nodes_through_a_plugin_restart(sim, core
         assert not {k for k in node.status.allocatable if k.startswith("nvidia.com/")}  # DRA: no extended resource
     for name in changing:  # each changed node's plugin restarted once after MIG Manager's success
         assert sim.dra.plugin_starts[name] == before[name] + 1
+
+
+@pytest.mark.django_db
+def test_pods_holding_claims_on_a_dra_node_are_busy_pods_the_busy_policy_drains(sim, sim_cluster):
+    sim.store.create(
+        RESOURCE_CLAIM_TEMPLATES,
+        {
+            "metadata": {"name": "a-gpu", "namespace": "research"},
+            "spec": {
+                "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}
+            },
+        },
+    )
+    sim.add_dra_pod("research", "claims-only", claims=[{"name": "g", "resourceClaimTemplateName": "a-gpu"}], node=NODE)
+    busy = driver_for(sim_cluster).busy_pods([NODE, "gpu-node-0005"])
+    assert [(p.namespace, p.name) for p in busy[NODE]] == [("research", "claims-only")]
+    assert "gpu-node-0005" not in busy

@@ -118,13 +118,14 @@ class KubernetesDriver:
         return wanted
 
     def busy_pods(self, node_names: Sequence[str]) -> dict[str, list[BusyPod]]:
-        """Live pods holding nvidia.com/gpu* or nvidia.com/mig-* (the operator's own DaemonSet pods excluded)."""
+        """Live pods holding nvidia.com/gpu* or nvidia.com/mig-*, or devices through ResourceClaims allocated to them
+        (a DRA node; any driver's claims count, to be safe); the operator's own DaemonSet pods excluded."""
         busy = {}
         for node, pods in self._pods_by_node(node_names).items():
             holding = [
                 BusyPod(p["metadata"]["namespace"], p["metadata"]["name"], pod_gpu_resources(p))
                 for p in pods
-                if holds_gpu(p, self.namespace)
+                if holds_gpu(p, self.namespace) or _holds_claims(p)
             ]
             if holding:
                 busy[node] = sorted(holding, key=lambda b: (b.namespace, b.name))
@@ -288,6 +289,14 @@ class KubernetesDriver:
             except ApiException as exc:
                 if exc.status != 404:
                     raise DriverError(f"restarting {MIG_MANAGER_APP} on {node_name}: {error_text(exc)}") from None
+
+
+def _holds_claims(pod: dict) -> bool:
+    """A live pod the scheduler gave ResourceClaims (from templates, named claims or the extended-resource path)."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return False
+    return bool(status.get("resourceClaimStatuses") or status.get("extendedResourceClaimStatus"))
 
 
 def gfd_resources(labels: Mapping[str, str]) -> dict[str, int]:
