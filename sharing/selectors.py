@@ -163,11 +163,18 @@ def refuse_under_cluster_strategies(profile: SharingProfile, nodes, clusters: tu
         raise ApplicationError(f"{profile.name} cannot run there: {messages[0]}.", errors={"profile": messages})
 
 
-def _rendered(profile: SharingProfile, strategy: str, gpus: tuple) -> tuple:
+def _rendered(profile: SharingProfile, strategy: str, gpus: tuple, dra: bool = False) -> tuple:
     """The profile as a cluster with `strategy` runs it on these GPUs: its spec, and its errors, or its configs and
-    the resources they advertise. Pure, and the same for every node of one GPU shape."""
+    the resources they advertise. Pure, and the same for every node of one GPU shape and stack."""
     spec = under_cluster_strategy(profile.to_spec(), strategy)
     errors = node_validation_errors(spec, gpus)
+    if dra:
+        errors += [
+            f"GPU {index}: MIG mode on with no MIG instance; NVIDIA's DRA driver publishes nothing for such a GPU, "
+            "so it would vanish from the node's pool (docs/nvidia-contracts.md §13.1)"
+            for index, product in gpus
+            if spec.mode == "mig" and spec.layout_for(index) is not None and not any(spec.layout_for(index).values())
+        ]
     if errors:
         return spec, errors, None, {}
     return spec, [], node_config(spec, gpus), allocatable(spec, gpus)
@@ -183,10 +190,11 @@ def node_impact(profile: SharingProfile, node: Node, shapes: dict | None = None)
 def _impact(profile: SharingProfile, node, strategy: str, shapes: dict | None) -> NodeImpact:
     """`node_impact` of a node (or a `_ShapeNode`) whose cluster runs MIG strategy `strategy`."""
     gpus = tuple((g.index, g.product) for g in node.live_gpus)
-    key = (strategy, gpus)
+    dra = node.gpu_stack in DRA_STACKS
+    key = (strategy, gpus, dra)
     shapes = {} if shapes is None else shapes
     if key not in shapes:
-        shapes[key] = _rendered(profile, *key)
+        shapes[key] = _rendered(profile, strategy, gpus, dra)
     spec, errors, config, after = shapes[key]
     before = _advertised(node.allocatable)
     if errors:
@@ -295,6 +303,7 @@ class _ShapeNode:
     allocatable: dict
     live_gpus: list
     pod_list: list = field(default_factory=list)
+    gpu_stack: str = ""
 
 
 def preview_totals(profile: SharingProfile, nodes) -> dict:
@@ -311,23 +320,36 @@ def preview_totals(profile: SharingProfile, nodes) -> dict:
             gpu_signature=_gpu_signatures(),
         )
         .order_by()
-        .values("busy_pk", "cluster__mig_strategy", "observed_device_plugin_config", "allocatable", "gpu_signature")
+        .values(
+            "busy_pk", "cluster__mig_strategy", "observed_device_plugin_config", "allocatable", "gpu_signature",
+            "gpu_stack",
+        )
         .annotate(count=Count("pk"))
         .values_list(
-            "busy_pk", "cluster__mig_strategy", "observed_device_plugin_config", "allocatable", "gpu_signature", "count"
+            "busy_pk", "cluster__mig_strategy", "observed_device_plugin_config", "allocatable", "gpu_signature",
+            "gpu_stack", "count",
         )
-    )
+    )  # fmt: skip
     groups: Counter = Counter()
     busy = []
-    for busy_pk, strategy, config, allocatable_now, signature, count in rows:
+    for busy_pk, strategy, config, allocatable_now, signature, stack, count in rows:
         if busy_pk is not None:
             busy.append(busy_pk)
         else:
-            groups[(strategy, config, tuple(sorted(_advertised(allocatable_now or {}).items())), signature)] += count
+            advertised = tuple(sorted(_advertised(allocatable_now or {}).items()))
+            groups[(strategy, config, advertised, signature, stack)] += count
     shapes: dict = {}
     weighted = [
-        (_impact(profile, _ShapeNode(config, dict(advertised), _shape_gpus(signature)), strategy, shapes), count)
-        for (strategy, config, advertised, signature), count in groups.items()
+        (
+            _impact(
+                profile,
+                _ShapeNode(config, dict(advertised), _shape_gpus(signature), gpu_stack=stack),
+                strategy,
+                shapes,
+            ),
+            count,
+        )
+        for (strategy, config, advertised, signature, stack), count in groups.items()
     ]
     if busy:
         weighted += [

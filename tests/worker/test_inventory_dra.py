@@ -155,3 +155,21 @@ def test_pods_hold_what_their_claims_hold_and_the_preview_names_those_losing_a_s
     body = viewer_api.post(f"/api/v1/profiles/{created.json()['id']}/preview/", {"nodes": [node.pk]}, format="json")
     (item,) = body.json()["nodes"]
     assert [(p["namespace"], p["name"]) for p in item["pods_losing"]] == [("research", "slice-user")]
+
+
+@pytest.mark.django_db
+def test_a_preview_refuses_a_dra_node_a_mig_gpu_without_instances(sim, sim_cluster, admin_api, viewer_api):
+    sync_cluster_full(sim_cluster, gpus=True, metrics=False)
+    layouts = {"all": {"1g.10gb": 7}, "0": {}}
+    created = admin_api.post(
+        "/api/v1/profiles/",
+        {"name": "holes", "mode": "mig", "target_products": ["NVIDIA-H100-80GB-HBM3"], "mig_layouts": layouts},
+        format="json",
+    )
+    if created.status_code != 201:
+        pytest.skip(f"profiles refuse an empty per-GPU layout already: {created.json()}")
+    ids = list(Node.objects.filter(name__in=["gpu-node-0002", "gpu-node-0005"]).values_list("pk", flat=True))
+    body = viewer_api.post(f"/api/v1/profiles/{created.json()['id']}/preview/", {"nodes": ids}, format="json").json()
+    errors = {item["node"]["name"]: item["errors"] for item in body["nodes"]}
+    assert any("GPU 0: MIG mode on with no MIG instance" in e for e in errors["gpu-node-0002"])  # a DRA node
+    assert not any("no MIG instance" in e for e in errors["gpu-node-0005"])  # the device plugin keeps such a GPU
