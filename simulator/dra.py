@@ -48,7 +48,6 @@ PLUGIN_LABELS = {"app.kubernetes.io/name": "dra-driver-nvidia-gpu", "dra-driver-
 PLUGIN_IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"
 EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
-_RESOURCE_API = ("resource.k8s.io", "v1")
 _DRA_PLURALS = {"resourceclaims", "resourceslices", "deviceclasses", "resourceclaimtemplates"}
 
 
