@@ -234,3 +234,15 @@ def pool_resources(slices: list[dict]) -> dict[str, int]:
         for name in names:
             counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def requested_resources(claim_specs: list[dict]) -> dict[str, int]:
+    """What claims not yet allocated ask, as demand: whole GPUs of the chart's `gpu.nvidia.com` class (`exactly`,
+    ExactCount) as `nvidia.com/gpu`. Other classes (MIG by selector, other drivers) say no profile: not counted."""
+    wanted: dict[str, int] = {}
+    for spec in claim_specs:
+        for request in ((spec or {}).get("devices") or {}).get("requests") or []:
+            exactly = request.get("exactly") or {}
+            if exactly.get("deviceClassName") == DRIVER and exactly.get("allocationMode", "ExactCount") == "ExactCount":
+                wanted["nvidia.com/gpu"] = wanted.get("nvidia.com/gpu", 0) + int(exactly.get("count", 1))
+    return wanted

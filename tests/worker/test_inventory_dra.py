@@ -4,7 +4,7 @@
 import pytest
 from django.urls import reverse
 
-from fleet.models import Gpu, MigDevice, Node, Pod
+from fleet.models import Gpu, MigDevice, Node, PendingPod, Pod
 from fleet.services import inventory_record
 from simulator.resources import RESOURCE_CLAIM_TEMPLATES
 from tests.processes import wait_until
@@ -15,6 +15,7 @@ from worker.inventory.pods import sync_pods
 
 MERGE = "application/merge-patch+json"
 MIG_NODE, MIG_CLASS = "gpu-node-0008", "mig.nvidia.com"  # H100 on all-1g.10gb at start
+GPU_CLASS = "gpu.nvidia.com"
 
 
 @pytest.fixture
@@ -173,3 +174,22 @@ def test_a_preview_refuses_a_dra_node_a_mig_gpu_without_instances(sim, sim_clust
     errors = {item["node"]["name"]: item["errors"] for item in body["nodes"]}
     assert any("GPU 0: MIG mode on with no MIG instance" in e for e in errors["gpu-node-0002"])  # a DRA node
     assert not any("no MIG instance" in e for e in errors["gpu-node-0005"])  # the device plugin keeps such a GPU
+
+
+@pytest.mark.django_db
+def test_pods_waiting_on_claims_for_whole_gpus_are_demand(sim, sim_cluster):
+    nine = {"deviceClassName": GPU_CLASS, "count": 9}
+    sim.store.create(
+        RESOURCE_CLAIM_TEMPLATES,
+        {
+            "metadata": {"name": "nine-gpus", "namespace": "ml-training"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "g", "exactly": nine}]}}},
+        },
+    )
+    waiting = sim.add_dra_pod(
+        "ml-training", "too-big", claims=[{"name": "g", "resourceClaimTemplateName": "nine-gpus"}]
+    )
+    assert waiting["status"]["phase"] == "Pending"  # no node has nine GPUs
+    sync_cluster_full(sim_cluster, gpus=True, metrics=False)
+    sync_pods(sim_cluster)
+    assert dict(PendingPod.objects.values_list("name", "gpu_resources")) == {"too-big": {"nvidia.com/gpu": 9}}
