@@ -9,7 +9,7 @@ from django.db.models import Value as V
 from django.db.models.functions import Coalesce
 
 from core.exceptions import ApplicationError
-from fleet.choices import DRA_STACKS, ClusterDriver
+from fleet.choices import DRA_STACKS, ClusterDriver, GpuStack
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool, Pod
 from sharing.models import PoolSharing, SharingProfile
 from sharing.nvidia_import import ClusterConfigs, ImportPlan, ProposedProfile, plan_import
@@ -48,6 +48,25 @@ class NodeImpact:
         """What the preview assumed that the node does not have, or "" (issue 26: DRA nodes are read as device-plugin
         ones until their claims and slices are)."""
         return DRA_ASSUMPTION if self.node.gpu_stack in DRA_STACKS else ""
+
+
+def dra_refusals(spec, stack: str) -> list[str]:
+    """What a DRA node cannot take through labels and ConfigMaps (docs/nvidia-contracts.md §13.4): time-slicing and MPS
+    (the driver shares per claim; a device-plugin config is read by nothing), and under a GPUCluster a MIG layout
+    (no MIG Manager reads `nvidia.com/mig.config` there)."""
+    if not stack:
+        return []
+    if spec.mode in ("mps", "time_slicing"):
+        return [
+            "NVIDIA's DRA driver serves this node: it shares a GPU per ResourceClaim (GpuConfig), and the device "
+            "plugin's time-slicing or MPS config would be read by nothing"
+        ]
+    if stack == GpuStack.DRA_GPU_CLUSTER and spec.mode == "mig":
+        return [
+            "this node runs under a GPUCluster, which has no MIG Manager: nvidia.com/mig.config is read by nothing. "
+            "Use Tessera's node agent on it, or the DRA driver's DynamicMIG"
+        ]
+    return []
 
 
 DRA_ASSUMPTION = (
@@ -163,12 +182,12 @@ def refuse_under_cluster_strategies(profile: SharingProfile, nodes, clusters: tu
         raise ApplicationError(f"{profile.name} cannot run there: {messages[0]}.", errors={"profile": messages})
 
 
-def _rendered(profile: SharingProfile, strategy: str, gpus: tuple, dra: bool = False) -> tuple:
+def _rendered(profile: SharingProfile, strategy: str, gpus: tuple, stack: str = "") -> tuple:
     """The profile as a cluster with `strategy` runs it on these GPUs: its spec, and its errors, or its configs and
-    the resources they advertise. Pure, and the same for every node of one GPU shape and stack."""
+    the resources they advertise. Pure, and the same for every node of one GPU shape and DRA stack ("" otherwise)."""
     spec = under_cluster_strategy(profile.to_spec(), strategy)
-    errors = node_validation_errors(spec, gpus)
-    if dra:
+    errors = node_validation_errors(spec, gpus) + dra_refusals(spec, stack)
+    if stack:
         errors += [
             f"GPU {index}: MIG mode on with no MIG instance; NVIDIA's DRA driver publishes nothing for such a GPU, "
             "so it would vanish from the node's pool (docs/nvidia-contracts.md §13.1)"
@@ -190,11 +209,11 @@ def node_impact(profile: SharingProfile, node: Node, shapes: dict | None = None)
 def _impact(profile: SharingProfile, node, strategy: str, shapes: dict | None) -> NodeImpact:
     """`node_impact` of a node (or a `_ShapeNode`) whose cluster runs MIG strategy `strategy`."""
     gpus = tuple((g.index, g.product) for g in node.live_gpus)
-    dra = node.gpu_stack in DRA_STACKS
-    key = (strategy, gpus, dra)
+    stack = node.gpu_stack if node.gpu_stack in DRA_STACKS else ""
+    key = (strategy, gpus, stack)
     shapes = {} if shapes is None else shapes
     if key not in shapes:
-        shapes[key] = _rendered(profile, strategy, gpus, dra)
+        shapes[key] = _rendered(profile, strategy, gpus, stack)
     spec, errors, config, after = shapes[key]
     before = _advertised(node.allocatable)
     if errors:

@@ -193,3 +193,31 @@ def test_pods_waiting_on_claims_for_whole_gpus_are_demand(sim, sim_cluster):
     sync_cluster_full(sim_cluster, gpus=True, metrics=False)
     sync_pods(sim_cluster)
     assert dict(PendingPod.objects.values_list("name", "gpu_resources")) == {"too-big": {"nvidia.com/gpu": 9}}
+
+
+@pytest.mark.django_db
+def test_a_preview_refuses_time_slicing_on_dra_nodes_and_a_mig_layout_under_a_gpucluster(
+    sim, sim_cluster, admin_api, viewer_api
+):
+    sync_cluster_full(sim_cluster, gpus=True, metrics=False)
+    products = sorted(set(Gpu.objects.values_list("product", flat=True)))
+    profile = {"name": "ts", "mode": "time_slicing", "replicas": 4, "target_products": products}
+    created = admin_api.post("/api/v1/profiles/", profile, format="json")
+    assert created.status_code == 201, created.json()
+    ids = list(Node.objects.filter(name__in=["gpu-node-0002", "gpu-node-0005"]).values_list("pk", flat=True))
+    body = viewer_api.post(f"/api/v1/profiles/{created.json()['id']}/preview/", {"nodes": ids}, format="json").json()
+    errors = {item["node"]["name"]: " ".join(item["errors"]) for item in body["nodes"]}
+    assert "shares a GPU per ResourceClaim" in errors["gpu-node-0002"] and not errors["gpu-node-0005"]
+    assert body["summary"]["refused"] == 1
+    Node.objects.filter(name="gpu-node-0002").update(gpu_stack="dra_gpucluster")
+    mig = {
+        "name": "m",
+        "mode": "mig",
+        "target_products": ["NVIDIA-H100-80GB-HBM3"],
+        "mig_layouts": {"all": "1g.10gb x7"},
+    }
+    pk = admin_api.post("/api/v1/profiles/", mig, format="json").json()["id"]
+    body = viewer_api.post(f"/api/v1/profiles/{pk}/preview/", {"nodes": ids}, format="json").json()
+    errors = {item["node"]["name"]: " ".join(item["errors"]) for item in body["nodes"]}
+    assert "GPUCluster, which has no MIG Manager" in errors["gpu-node-0002"] and "node agent" in errors["gpu-node-0002"]
+    assert not errors["gpu-node-0005"]
