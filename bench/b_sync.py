@@ -6,9 +6,13 @@
    change arrives as a watch event and is recorded in batches. Printed for 100 and 1,000 changed nodes: the
    cost (recording time, queries) must grow with the changed nodes, not with the fleet.
 
+3. With --dra, the DRA variant instead (issue 26): the first sync of nodes and their GPUs (no dcgm-exporter) of a fleet
+   whose every node runs NVIDIA's DRA driver (ResourceSlices listed, GPUs and MIG devices recorded from them), against
+   the Node-only sync of the same fleet measured in the same run (a device-plugin fleet, nodes alone). Target: ≤ 1.5×.
+
 The simulator runs as a child process (`python -m simulator`), so it does not share Tessera's GIL.
 
-Run: .venv/bin/python -m bench.b_sync [--nodes 10000] [--quick]
+Run: .venv/bin/python -m bench.b_sync [--nodes 10000] [--quick] [--dra]
 """
 
 import argparse
@@ -40,7 +44,9 @@ def _free_port() -> int:
 
 
 @contextmanager
-def simulator(nodes: int, *, workload_pods: int | None = None, apply_delay: float = 0.0, seed: int = 7):
+def simulator(
+    nodes: int, *, workload_pods: int | None = None, apply_delay: float = 0.0, seed: int = 7, dra: str = "none"
+):
     """`python -m simulator` in a child process; yields (url, kubeconfig path, state dir)."""
     state = Path(tempfile.mkdtemp(prefix="tessera-bench-sim-"))
     port = _free_port()
@@ -50,6 +56,7 @@ def simulator(nodes: int, *, workload_pods: int | None = None, apply_delay: floa
            "--write-kubeconfig", str(state / "kubeconfig")]  # fmt: skip
     if workload_pods is not None:
         cmd += ["--workload-pods", str(workload_pods)]
+    cmd += ["--dra-nodes", dra]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"https://127.0.0.1:{port}"
     try:
@@ -203,12 +210,60 @@ def _current_version(kubeconfig: str) -> str:
     return json.loads(response.data)["metadata"]["resourceVersion"]
 
 
+DRA_SYNC_RATIO = 1.5
+
+
+def dra_variant(nodes: int) -> bool:
+    """The first sync of a fleet served by the DRA driver (slices read, GPUs and MIG devices recorded from them)
+    against the Node-only first sync of a device-plugin fleet of the same size (and, for reference, that fleet's
+    sync with its GPUs from dcgm-exporter), each into an empty database."""
+    from django.db import connection
+
+    from fleet.models import Gpu, MigDevice, Node
+    from tests.factories import ClusterFactory
+    from worker.inventory.cluster import sync_cluster_full
+
+    timings = {}
+    runs = (("node-only", "none", False), ("device-plugin with GPUs", "none", True), ("dra", "all", False))
+    for name, dra, gpus in runs:
+        with simulator(nodes, workload_pods=0, dra=dra) as (url, kubeconfig, _):
+            cluster = ClusterFactory(name=f"bench-{name}", kubeconfig_path=kubeconfig, metrics_url=f"{url}/metrics")
+            queries = Queries()
+            began = time.perf_counter()
+            with queries.counting():
+                sync_cluster_full(cluster, gpus=gpus, metrics=False)
+            timings[name] = time.perf_counter() - began
+            live = Node.objects.filter(cluster=cluster)
+            counts = (live.count(), Gpu.objects.filter(node__cluster=cluster).count(),
+                      MigDevice.objects.filter(gpu__node__cluster=cluster).count())  # fmt: skip
+            print(
+                f"{name} first sync: {timings[name]:.1f} s, {queries.count} queries -> {counts[0]} nodes, "
+                f"{counts[1]} GPUs, {counts[2]} MIG devices"
+            )
+        connection.close()
+    ratio = timings["dra"] / timings["node-only"]
+    ok = ratio <= DRA_SYNC_RATIO
+    print(f"DRA first sync / Node-only first sync: x{ratio:.2f}   target <= x{DRA_SYNC_RATIO} {verdict(ok)}")
+    with_gpus = timings["dra"] / timings["device-plugin with GPUs"]
+    print(f"DRA first sync / device-plugin first sync with dcgm-exporter GPUs: x{with_gpus:.2f} (for reference)")
+    return ok
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--quick", action="store_true", help="1,000 nodes, 10 and 100 changed nodes")
+    parser.add_argument("--dra", action="store_true", help="the DRA variant: first sync against the Node-only one")
     args = parser.parse_args()
     nodes = 1_000 if args.quick else args.nodes
+    if args.dra:
+        scratch = tempfile.mkdtemp(prefix="tessera-bench-")
+        connection, old_name = setup_django(scratch, "b_sync_dra")
+        try:
+            return 0 if dra_variant(nodes) else 1
+        finally:
+            connection.creation.destroy_test_db(old_name, verbosity=0)
+            shutil.rmtree(scratch, ignore_errors=True)
     small, large = (10, 100) if args.quick else (100, 1_000)
 
     scratch = tempfile.mkdtemp(prefix="tessera-bench-")

@@ -27,6 +27,19 @@ class SharingMode(models.TextChoices):
     TIME_SLICING = "time_slicing", "Time-slicing"
 
 
+class GpuStack(models.TextChoices):
+    """What serves a node's GPUs to pods (docs/nvidia-contracts.md §13; values of sharing.dra): read from the
+    cluster at each full inventory sync."""
+
+    UNKNOWN = "", "Unknown"
+    DEVICE_PLUGIN = "device_plugin", "Device plugin (ClusterPolicy)"
+    DRA_CLUSTER_POLICY = "dra_clusterpolicy", "NVIDIA DRA driver (ClusterPolicy)"
+    DRA_GPU_CLUSTER = "dra_gpucluster", "NVIDIA DRA driver (GPUCluster)"
+
+
+DRA_STACKS = (GpuStack.DRA_CLUSTER_POLICY, GpuStack.DRA_GPU_CLUSTER)
+
+
 class ConfigState(models.TextChoices):
     """State of the node's sharing config as the node reports it (nvidia.com/mig.config.state or the agent)."""
 

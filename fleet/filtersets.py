@@ -3,7 +3,7 @@
 import django_filters
 from django.db.models import Exists, OuterRef, Q
 
-from fleet.choices import ClusterDriver, ConfigState, ConnectionState, GpuHealth, SharingMode
+from fleet.choices import ClusterDriver, ConfigState, ConnectionState, GpuHealth, GpuStack, SharingMode
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool
 
 
@@ -97,6 +97,7 @@ class NodeFilterSet(django_filters.FilterSet):
     unhealthy = django_filters.BooleanFilter(method="has_unhealthy_gpu", label="Has an unhealthy GPU")
     mode = django_filters.ChoiceFilter(field_name="observed_mode", choices=SharingMode.choices, label="Sharing mode")
     config_state = django_filters.ChoiceFilter(choices=ConfigState.choices)
+    gpu_stack = django_filters.ChoiceFilter(choices=GpuStack.choices, label="GPU stack")
     ready = django_filters.BooleanFilter()
     stale = django_filters.BooleanFilter(method="filter_stale", label="Stale")
     gone = GoneFilter(field_name="gone_at", label="Gone")

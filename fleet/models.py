@@ -14,6 +14,7 @@ from fleet.choices import (
     ConfigState,
     ConnectionState,
     GpuHealth,
+    GpuStack,
     SharingMode,
 )
 from fleet.health import health_words, missing_signals
@@ -138,6 +139,16 @@ class Node(models.Model):
         default=dict, blank=True, help_text="The kubelet's topology and CPU manager policies, from its configz."
     )
     observed_mode = models.CharField(max_length=20, choices=SharingMode.choices, blank=True)
+    gpu_stack = models.CharField(
+        max_length=20,
+        choices=GpuStack.choices,
+        blank=True,
+        help_text="What serves the node's GPUs: the device plugin or NVIDIA's DRA driver (under a ClusterPolicy or a "
+        "GPUCluster); empty until a full sync read it.",
+    )
+    dynamic_mig = models.BooleanField(
+        null=True, blank=True, help_text="The DRA driver's DynamicMIG is on; null: not a DRA node, or not known."
+    )
     observed_mig_config = models.CharField(max_length=253, blank=True)
     observed_device_plugin_config = models.CharField(max_length=253, blank=True)
     config_state = models.CharField(max_length=20, choices=ConfigState.choices, default=ConfigState.UNKNOWN)
@@ -204,6 +215,11 @@ class Gpu(models.Model):
     pci_bus_id = models.CharField(max_length=32, blank=True)
     pci_device_id = models.CharField(max_length=16, blank=True)
     numa_node = models.SmallIntegerField(null=True, blank=True)
+    dra_device = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text="driver/pool/device of the GPU in its node's ResourceSlices (DRA nodes, whole GPUs); else empty.",
+    )
     mig_capable = models.BooleanField(default=False)
     mig_enabled = models.BooleanField(default=False)
     mig_pending = models.BooleanField(null=True, blank=True, help_text="MIG mode after the next reset, if different.")
@@ -311,6 +327,9 @@ class MigDevice(models.Model):
     start = models.PositiveSmallIntegerField()
     size = models.PositiveSmallIntegerField()
     uuid = models.CharField(max_length=64, blank=True)
+    dra_device = models.CharField(
+        max_length=300, blank=True, help_text="driver/pool/device in the node's ResourceSlices (DRA nodes); else empty."
+    )
     gpu_instance_id = models.PositiveSmallIntegerField(null=True, blank=True)
     compute_instance_id = models.PositiveSmallIntegerField(null=True, blank=True)
     memory_mib = models.PositiveIntegerField(default=0)

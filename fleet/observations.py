@@ -14,6 +14,7 @@ class MigDeviceObservation:
     compute_instance_id: int | None = None
     memory_mib: int = 0
     in_use_by: str = ""
+    dra_device: str = ""  # driver/pool/device on a DRA node (sharing.dra.device_key)
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class GpuObservation:
     mig_devices: tuple[MigDeviceObservation, ...] | None = None
     # None: this source does not read GPU settings (leave them); a dict: {compute_mode, persistence_mode, ...}.
     settings: dict | None = None
+    # None: this source does not read DRA devices (leave it); else driver/pool/device, "" when not published whole.
+    dra_device: str | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,9 @@ class NodeObservation:
     gpus: tuple[GpuObservation, ...] | None = None
     # None: this source does not read host tuning (leave it); a dict: {thp, swappiness, cpu_governor, ...}.
     host_settings: dict | None = None
+    # None: this source does not read the GPU stack (leave it and dynamic_mig); else a fleet.choices.GpuStack value.
+    gpu_stack: str | None = None
+    dynamic_mig: bool | None = None
 
 
 @dataclass(frozen=True)

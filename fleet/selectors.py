@@ -23,7 +23,7 @@ from django.db.models import (
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from fleet.choices import UNHEALTHY_STATES, ConfigState, GpuHealth, SharingMode
+from fleet.choices import UNHEALTHY_STATES, ConfigState, GpuHealth, GpuStack, SharingMode
 from fleet.labels import parse_selector, selector_matches
 from fleet.models import (
     AgentCredential,
@@ -397,6 +397,21 @@ def node_state_summary(nodes: QuerySet[Node], *, now=None) -> dict:
         stale=Count("pk", filter=stale_q(now)),
         not_ready=Count("pk", filter=Q(ready=False)),
     )
+
+
+def gpu_stack_summary(nodes: QuerySet[Node]) -> list[dict]:
+    """Live nodes by the GPU stack they run (device plugin, DRA driver, DynamicMIG), most common first."""
+    rows = nodes.live().values("gpu_stack", "dynamic_mig").annotate(count=Count("pk")).order_by("-count", "gpu_stack")
+    labels = dict(GpuStack.choices)
+    return [
+        {
+            "gpu_stack": row["gpu_stack"],
+            "label": labels.get(row["gpu_stack"], row["gpu_stack"])
+            + (" · DynamicMIG on" if row["dynamic_mig"] else ""),
+            "count": row["count"],
+        }
+        for row in rows
+    ]
 
 
 def gpu_summary(gpus: QuerySet[Gpu]) -> dict:

@@ -452,6 +452,8 @@ def inventory_record(
         values = {f: getattr(obs, f) for f in NODE_FIELDS}
         if obs.host_settings is not None:  # only agents read host tuning; other sources leave it
             values["host_settings"] = obs.host_settings
+        if obs.gpu_stack is not None:  # only a full Kubernetes sync reads it; node watch events leave it
+            values["gpu_stack"], values["dynamic_mig"] = obs.gpu_stack, obs.dynamic_mig
         if node is None:
             node = Node(cluster=cluster, name=name, last_seen_at=now, config_state_since=now, **values)
             node.pool_id = _pool_for(obs.labels, selector_pools, None)
@@ -525,6 +527,8 @@ def _record_gpus(
             values = {f: getattr(g, f) for f in GPU_FIELDS}
             if g.settings is not None:  # only agents read GPU settings; other sources leave them
                 values["settings"] = g.settings
+            if g.dra_device is not None:  # only ResourceSlices name DRA devices; other sources leave it
+                values["dra_device"] = g.dra_device
             gpu = existing.get(g.uuid)
             if gpu is None:
                 gpu = Gpu(node_id=node_id, uuid=g.uuid, **values)

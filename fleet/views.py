@@ -64,6 +64,7 @@ def cluster_detail(request, pk):
         "pools": selectors.pool_rows(cluster=cluster),
         "node_summary": selectors.node_state_summary(Node.objects.in_cluster(cluster)),
         "gpu_summary": selectors.gpu_summary(Gpu.objects.in_cluster(cluster)),
+        "gpu_stacks": selectors.gpu_stack_summary(Node.objects.in_cluster(cluster)),
     }
     return render(request, "fleet/cluster_detail.html", context)
 

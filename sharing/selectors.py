@@ -9,7 +9,7 @@ from django.db.models import Value as V
 from django.db.models.functions import Coalesce
 
 from core.exceptions import ApplicationError
-from fleet.choices import ClusterDriver
+from fleet.choices import DRA_STACKS, ClusterDriver, GpuStack
 from fleet.models import Cluster, Gpu, MigDevice, Node, NodePool, Pod
 from sharing.models import PoolSharing, SharingProfile
 from sharing.nvidia_import import ClusterConfigs, ImportPlan, ProposedProfile, plan_import
@@ -42,6 +42,38 @@ class NodeImpact:
     @property
     def changes(self) -> bool:
         return self.disruption != "none"
+
+    @property
+    def assumption(self) -> str:
+        """What the preview assumed that the node does not have, or "" (issue 26: DRA nodes are read as device-plugin
+        ones until their claims and slices are)."""
+        return DRA_ASSUMPTION if self.node.gpu_stack in DRA_STACKS else ""
+
+
+def dra_refusals(spec, stack: str) -> list[str]:
+    """What a DRA node cannot take through labels and ConfigMaps (docs/nvidia-contracts.md §13.4): time-slicing and MPS
+    (the driver shares per claim; a device-plugin config is read by nothing), and under a GPUCluster a MIG layout
+    (no MIG Manager reads `nvidia.com/mig.config` there)."""
+    if not stack:
+        return []
+    if spec.mode in ("mps", "time_slicing"):
+        return [
+            "NVIDIA's DRA driver serves this node: it shares a GPU per ResourceClaim (GpuConfig), and the device "
+            "plugin's time-slicing or MPS config would be read by nothing"
+        ]
+    if stack == GpuStack.DRA_GPU_CLUSTER and spec.mode == "mig":
+        return [
+            "this node runs under a GPUCluster, which has no MIG Manager: nvidia.com/mig.config is read by nothing. "
+            "Use Tessera's node agent on it, or the DRA driver's DynamicMIG"
+        ]
+    return []
+
+
+DRA_ASSUMPTION = (
+    "Assumed the device plugin, but NVIDIA's DRA driver serves this node: resources are the device plugin's names "
+    "for its devices (pods count by what their ResourceClaims hold), and a device-plugin config (time-slicing, "
+    "MPS) written here is read by nothing."
+)
 
 
 DISRUPTION_TEXT = {
@@ -150,11 +182,18 @@ def refuse_under_cluster_strategies(profile: SharingProfile, nodes, clusters: tu
         raise ApplicationError(f"{profile.name} cannot run there: {messages[0]}.", errors={"profile": messages})
 
 
-def _rendered(profile: SharingProfile, strategy: str, gpus: tuple) -> tuple:
+def _rendered(profile: SharingProfile, strategy: str, gpus: tuple, stack: str = "") -> tuple:
     """The profile as a cluster with `strategy` runs it on these GPUs: its spec, and its errors, or its configs and
-    the resources they advertise. Pure, and the same for every node of one GPU shape."""
+    the resources they advertise. Pure, and the same for every node of one GPU shape and DRA stack ("" otherwise)."""
     spec = under_cluster_strategy(profile.to_spec(), strategy)
-    errors = node_validation_errors(spec, gpus)
+    errors = node_validation_errors(spec, gpus) + dra_refusals(spec, stack)
+    if stack:
+        errors += [
+            f"GPU {index}: MIG mode on with no MIG instance; NVIDIA's DRA driver publishes nothing for such a GPU, "
+            "so it would vanish from the node's pool (docs/nvidia-contracts.md §13.1)"
+            for index, product in gpus
+            if spec.mode == "mig" and spec.layout_for(index) is not None and not any(spec.layout_for(index).values())
+        ]
     if errors:
         return spec, errors, None, {}
     return spec, [], node_config(spec, gpus), allocatable(spec, gpus)
@@ -170,10 +209,11 @@ def node_impact(profile: SharingProfile, node: Node, shapes: dict | None = None)
 def _impact(profile: SharingProfile, node, strategy: str, shapes: dict | None) -> NodeImpact:
     """`node_impact` of a node (or a `_ShapeNode`) whose cluster runs MIG strategy `strategy`."""
     gpus = tuple((g.index, g.product) for g in node.live_gpus)
-    key = (strategy, gpus)
+    stack = node.gpu_stack if node.gpu_stack in DRA_STACKS else ""
+    key = (strategy, gpus, stack)
     shapes = {} if shapes is None else shapes
     if key not in shapes:
-        shapes[key] = _rendered(profile, *key)
+        shapes[key] = _rendered(profile, strategy, gpus, stack)
     spec, errors, config, after = shapes[key]
     before = _advertised(node.allocatable)
     if errors:
@@ -282,6 +322,7 @@ class _ShapeNode:
     allocatable: dict
     live_gpus: list
     pod_list: list = field(default_factory=list)
+    gpu_stack: str = ""
 
 
 def preview_totals(profile: SharingProfile, nodes) -> dict:
@@ -298,23 +339,36 @@ def preview_totals(profile: SharingProfile, nodes) -> dict:
             gpu_signature=_gpu_signatures(),
         )
         .order_by()
-        .values("busy_pk", "cluster__mig_strategy", "observed_device_plugin_config", "allocatable", "gpu_signature")
+        .values(
+            "busy_pk", "cluster__mig_strategy", "observed_device_plugin_config", "allocatable", "gpu_signature",
+            "gpu_stack",
+        )
         .annotate(count=Count("pk"))
         .values_list(
-            "busy_pk", "cluster__mig_strategy", "observed_device_plugin_config", "allocatable", "gpu_signature", "count"
+            "busy_pk", "cluster__mig_strategy", "observed_device_plugin_config", "allocatable", "gpu_signature",
+            "gpu_stack", "count",
         )
-    )
+    )  # fmt: skip
     groups: Counter = Counter()
     busy = []
-    for busy_pk, strategy, config, allocatable_now, signature, count in rows:
+    for busy_pk, strategy, config, allocatable_now, signature, stack, count in rows:
         if busy_pk is not None:
             busy.append(busy_pk)
         else:
-            groups[(strategy, config, tuple(sorted(_advertised(allocatable_now or {}).items())), signature)] += count
+            advertised = tuple(sorted(_advertised(allocatable_now or {}).items()))
+            groups[(strategy, config, advertised, signature, stack)] += count
     shapes: dict = {}
     weighted = [
-        (_impact(profile, _ShapeNode(config, dict(advertised), _shape_gpus(signature)), strategy, shapes), count)
-        for (strategy, config, advertised, signature), count in groups.items()
+        (
+            _impact(
+                profile,
+                _ShapeNode(config, dict(advertised), _shape_gpus(signature), gpu_stack=stack),
+                strategy,
+                shapes,
+            ),
+            count,
+        )
+        for (strategy, config, advertised, signature, stack), count in groups.items()
     ]
     if busy:
         weighted += [

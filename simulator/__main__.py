@@ -121,6 +121,13 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         "static: the ClusterPolicy names default-mig-parted-config (default %(default)s)",
     )
     parser.add_argument(
+        "--dra-nodes",
+        choices=("none", "mixed", "all"),
+        default="none",
+        help="nodes whose GPUs NVIDIA's DRA driver (gpu.nvidia.com) serves instead of the device plugin: "
+        "none, every other node, or all (default %(default)s)",
+    )
+    parser.add_argument(
         "--watch-history",
         type=int,
         default=10000,
@@ -163,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         workload_pods=args.workload_pods,
         mig_strategy=args.mig_strategy,
         mig_config_source=args.mig_config_source,
+        dra_nodes=args.dra_nodes,
         watch_history=args.watch_history,
         log_requests=args.log_requests,
         dcgm_host_label=args.dcgm_host_label,

@@ -38,6 +38,8 @@ def handle(sim: Simulator, method: str, parts: list[str], query: dict[str, str],
             sim.restart_mig_manager(node)
         elif action == "restart-device-plugin":
             sim.restart_device_plugin(node)
+        elif action == "restart-dra-plugin":
+            sim.restart_dra_plugin(node)
         elif action == "ready":
             if not isinstance(body.get("ready"), bool):
                 raise ApiError.bad_request('body must be {"ready": true|false}')

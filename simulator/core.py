@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from simulator import admission, metrics, nodes, tls
+from simulator.dra import PLUGIN_NAMESPACE, Dra
 from simulator.errors import ApiError
 from simulator.faults import Faults
 from simulator.fleet import SimNode, generate_node
@@ -60,6 +61,9 @@ class SimulatorConfig:
     workload_pods: int | None = None  # default: half the node count
     mig_strategy: str = "mixed"
     mig_config_source: str = "generated"  # or "static": ClusterPolicy names default-mig-parted-config
+    # Nodes whose GPUs NVIDIA's DRA driver serves (its Helm chart beside the ClusterPolicy, device plugin off there):
+    # none, mixed (every other node) or all (simulator/dra.py).
+    dra_nodes: str = "none"
     watch_history: int = 10000
     log_requests: bool = False
     faults: dict = field(default_factory=dict)  # any other knob, as in `POST /_sim/faults`
@@ -81,6 +85,8 @@ class Simulator:
             raise ValueError(f"mig strategy must be none, single or mixed, not {cfg.mig_strategy!r}")
         if cfg.mig_config_source not in ("generated", "static"):
             raise ValueError(f"mig config source must be generated or static, not {cfg.mig_config_source!r}")
+        if cfg.dra_nodes not in ("none", "mixed", "all"):
+            raise ValueError(f"dra nodes must be none, mixed or all, not {cfg.dra_nodes!r}")
         if cfg.dcgm_host_label not in ("hostname", "Hostname"):
             raise ValueError(f"dcgm-exporter's host label is hostname or Hostname, not {cfg.dcgm_host_label!r}")
         unknown = set(cfg.dcgm_counters) - metrics.OPTIONAL_COUNTERS
@@ -103,6 +109,7 @@ class Simulator:
         self.service_account_tokens = ServiceAccountTokens()
         self.operator: GpuOperator | None = None
         self.kueue = Kueue(self.store)
+        self.dra: Dra | None = None
         self.url = ""
         self.kubeconfig_path = ""
         self.ca_path = ""
@@ -139,6 +146,7 @@ class Simulator:
         tls.write_kubeconfig(Path(self.kubeconfig_path), self.url, cert, self.token)
         self.operator.start()
         self.kueue.start()
+        self.dra.start()
         if self.restored:
             self._report_restored(begin)
         if self._state_file is not None:
@@ -171,6 +179,8 @@ class Simulator:
         if self.operator is not None:
             self.operator.stop()
         self.kueue.stop()
+        if self.dra is not None:
+            self.dra.stop()
         if persister is not None:
             self._state_file.write(self._collect(final=True), clean=True)
         if self._temp_dir:
@@ -190,7 +200,9 @@ class Simulator:
             cfg = self.config
             self.nodes = {node.name: node for node in (generate_node(cfg.seed, i) for i in range(cfg.nodes))}
             self.operator = GpuOperator(self.store, self.nodes, self.faults, self.daemonsets)
+            self.dra = Dra(self.store, self.nodes, self._dra_node_names(), cfg.seed)
             store = self.store
+            self.dra.install()
             store.add_index(PODS, lambda pod: pod["spec"].get("nodeName"))
             store.set_normalizer(NODES, nodes.normalize)
             store.set_normalizer(CONFIGMAPS, _immutable_configmap)
@@ -201,8 +213,10 @@ class Simulator:
             else:
                 store.start_at(begin.resource_version if begin else 0)
                 self._seed_fleet()
+            self.dra.resume()
             store.add_listener(self.operator.on_change)
             store.add_listener(self.kueue.on_change)
+            store.add_listener(self.dra.on_change)
         finally:
             gc.enable()
 
@@ -215,6 +229,8 @@ class Simulator:
         node_objects = {}
         for name, node in self.nodes.items():
             obj = nodes.node_object(node, now)
+            if name in self.dra.dra_nodes:  # the DRA GPU plugin must not share a node with the device plugin
+                obj["metadata"]["labels"][nodes.DEPLOY_PREFIX + "device-plugin"] = "false"
             if node.cordoned:
                 obj["spec"]["unschedulable"] = True
                 nodes.normalize(None, obj)
@@ -239,6 +255,15 @@ class Simulator:
             ],
         )
         store.load(PODS, self.workload.place(self._fleet()["workload_pods"], store.objects(NODES)))
+        self.dra.bootstrap()
+
+    def _dra_node_names(self) -> set[str]:
+        names = sorted(self.nodes)
+        if self.config.dra_nodes == "all":
+            return set(names)
+        if self.config.dra_nodes == "mixed":
+            return set(names[1::2])
+        return set()
 
     # -- the state directory (simulator.persist) --------------------------------------------------------------
 
@@ -251,6 +276,7 @@ class Simulator:
             "workload_pods": cfg.workload_pods if cfg.workload_pods is not None else cfg.nodes // 2,
             "mig_strategy": cfg.mig_strategy,
             "mig_config_source": cfg.mig_config_source,
+            "dra_nodes": cfg.dra_nodes,
         }
 
     def _collect(self, *, final: bool = False) -> Snapshot:
@@ -308,7 +334,8 @@ class Simulator:
             if ready and (not node.ready or self.node(name)["spec"].get("unschedulable")):
                 continue
             if idle is not None:
-                busy = any(p["metadata"]["namespace"] != OPERATOR_NAMESPACE for p in self.store.indexed(PODS, name))
+                system = (OPERATOR_NAMESPACE, PLUGIN_NAMESPACE)
+                busy = any(p["metadata"]["namespace"] not in system for p in self.store.indexed(PODS, name))
                 if busy == idle:
                     continue
             found.append(name)
@@ -316,7 +343,7 @@ class Simulator:
 
     def settle(self, timeout: float = 10.0) -> bool:
         """Wait until the operator and Kueue have nothing queued or scheduled (wedged nodes count as settled)."""
-        return self.operator.settle(timeout) and self.kueue.settle(timeout)
+        return self.operator.settle(timeout) and self.kueue.settle(timeout) and self.dra.settle(timeout)
 
     def restart_mig_manager(self, node: str) -> None:
         self._require_node(node)
@@ -325,6 +352,16 @@ class Simulator:
     def restart_device_plugin(self, node: str) -> None:
         self._require_node(node)
         self.operator.restart(node, DEVICE_PLUGIN)
+
+    def restart_dra_plugin(self, node: str) -> None:
+        """Delete the node's gpu.nvidia.com kubelet-plugin pod: the new one discovers the GPUs again (§13.1)."""
+        if node not in self.dra.dra_nodes:
+            raise ApiError.bad_request(f"node {node} does not run the DRA driver")
+        self.dra.restart_plugin(node)
+
+    def add_dra_pod(self, namespace: str, name: str, **options) -> dict:
+        """A pod the allocator places on a DRA node (simulator.dra.Dra.add_pod)."""
+        return self.dra.add_pod(namespace, name, **options)
 
     def set_ready(self, node: str, ready: bool) -> None:
         self._require_node(node)

@@ -411,6 +411,8 @@ class GpuOperator(ControllerLoop):
                 del labels[key]
             labels.update(gfd.gfd_labels(node, state.spec, strategy, advertised))
         resources = {} if state.config_error or advertised.error else advertised.resources
+        if obj["metadata"]["labels"].get(DEPLOY_PREFIX + "device-plugin") == "false":
+            previous, resources = set(), {}  # never ran here (a DRA node): the kubelet knows no GPU resource
         for kind in ("capacity", "allocatable"):
             for key in previous:
                 status[kind].pop(key, None)

@@ -178,8 +178,42 @@ WORKLOADS = ResourceType(
     _META_FIELDS,
 )
 KUEUE = (RESOURCE_FLAVORS, CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS)
+
+# Dynamic Resource Allocation (resource.k8s.io/v1, GA in Kubernetes 1.34; types in k8s.io/api/resource/v1/types.go,
+# docs/nvidia-contracts.md §13): scopes, short names and field selectors as kube-apiserver serves them. The GPU
+# driver's kubelet plugin and the scheduler's allocator are simulator/dra.py.
+RESOURCE_GROUP = "resource.k8s.io"
+DEVICE_CLASSES = ResourceType(
+    "deviceclasses", "deviceclass", "DeviceClass", RESOURCE_GROUP, "v1", False, _READ + _WRITE, (), _META_FIELDS
+)
+RESOURCE_SLICES = ResourceType(
+    "resourceslices",
+    "resourceslice",
+    "ResourceSlice",
+    RESOURCE_GROUP,
+    "v1",
+    False,
+    _READ + _WRITE,
+    (),
+    _META_FIELDS | {"spec.nodeName", "spec.driver"},
+)
+RESOURCE_CLAIMS = ResourceType(
+    "resourceclaims", "resourceclaim", "ResourceClaim", RESOURCE_GROUP, "v1", True, _READ + _WRITE, (), _META_FIELDS
+)
+RESOURCE_CLAIM_TEMPLATES = ResourceType(
+    "resourceclaimtemplates",
+    "resourceclaimtemplate",
+    "ResourceClaimTemplate",
+    RESOURCE_GROUP,
+    "v1",
+    True,
+    _READ + _WRITE,
+    (),
+    _META_FIELDS,
+)
+DRA = (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES)
 # Served with a `status` subresource: the main endpoint keeps status as it is, `<name>/status` changes only status.
-STATUS_SUBRESOURCE = frozenset({"clusterqueues", "localqueues", "workloads"})
+STATUS_SUBRESOURCE = frozenset({"clusterqueues", "localqueues", "workloads", "resourceclaims"})
 
 ALL = (
     NODES,
@@ -194,6 +228,7 @@ ALL = (
     VALIDATING_ADMISSION_POLICIES,
     VALIDATING_ADMISSION_POLICY_BINDINGS,
     *KUEUE,
+    *DRA,
 )
 BY_GROUP_VERSION: dict[tuple[str, str], dict[str, ResourceType]] = {}
 for _resource in ALL:
@@ -215,7 +250,14 @@ _SUBRESOURCES = {
         {"name": "pods/proxy", "singularName": "", "namespaced": True, "kind": "PodProxyOptions", "verbs": ["get"]},
     ]
 }
-GROUPS = (("apps", "v1"), ("policy", "v1"), ("nvidia.com", "v1"), (ADMISSION_GROUP, "v1"), (KUEUE_GROUP, "v1beta1"))
+GROUPS = (
+    ("apps", "v1"),
+    ("policy", "v1"),
+    ("nvidia.com", "v1"),
+    (ADMISSION_GROUP, "v1"),
+    (KUEUE_GROUP, "v1beta1"),
+    (RESOURCE_GROUP, "v1"),
+)
 
 
 def api_versions() -> dict:

@@ -300,6 +300,44 @@ _COLUMNS.update(
 )
 
 
+def _claim_state(claim: dict) -> str:
+    """kubectl's STATE column of a ResourceClaim (pkg/printers/internalversion: allocated,reserved / pending)."""
+    status = claim.get("status") or {}
+    states = ["allocated"] if status.get("allocation") else ["pending"]
+    if status.get("reservedFor"):
+        states.append("reserved")
+    return ",".join(states)
+
+
+# resource.k8s.io/v1 as kube-apiserver prints them (pkg/printers/internalversion/printers.go), priority 0 only.
+_COLUMNS.update(
+    {
+        "deviceclasses": (
+            [_NAME, _AGE],
+            lambda o: [o["metadata"]["name"], _age(o["metadata"].get("creationTimestamp"))],
+        ),
+        "resourceslices": (
+            [_NAME, _column("Node"), _column("Driver"), _column("Pool"), _AGE],
+            lambda o: [
+                o["metadata"]["name"],
+                o["spec"].get("nodeName", ""),
+                o["spec"].get("driver", ""),
+                (o["spec"].get("pool") or {}).get("name", ""),
+                _age(o["metadata"].get("creationTimestamp")),
+            ],
+        ),
+        "resourceclaims": (
+            [_NAME, _column("State"), _AGE],
+            lambda o: [o["metadata"]["name"], _claim_state(o), _age(o["metadata"].get("creationTimestamp"))],
+        ),
+        "resourceclaimtemplates": (
+            [_NAME, _AGE],
+            lambda o: [o["metadata"]["name"], _age(o["metadata"].get("creationTimestamp"))],
+        ),
+    }
+)
+
+
 def _partial_metadata(obj: dict) -> dict:
     return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
 

@@ -237,7 +237,9 @@ def gpu_requests(pod: dict) -> dict[str, int]:
 
 
 def holds_gpu(pod: dict) -> bool:
-    return pod["status"].get("phase") in ("Pending", "Running") and bool(gpu_requests(pod))
+    """Holds a GPU resource, or DRA devices through ResourceClaims (simulator/dra.py)."""
+    held = bool(gpu_requests(pod)) or bool(pod["spec"].get("resourceClaims"))
+    return pod["status"].get("phase") in ("Pending", "Running") and held
 
 
 class DaemonSets:

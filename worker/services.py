@@ -468,6 +468,12 @@ def _step_verifying(driver: Driver, changes: list[NodeChange], now) -> None:
         applied = state.config_id is None or state.config_id == to["config_id"]
         # An agent's failed state stands until it applies something new: a retry of the same MIG config would read
         # the earlier attempt's failure; agents report this change's failure through its outcome instead.
+        if mig_is_ours and state.mig_state == "success" and _dra_plugin_stale(change, state):
+            # MIG Manager is done, but a DRA node's kubelet plugin publishes what it found at start: restart it, then
+            # judge the new pool.
+            driver.restart_dra_plugin(change.node.name)
+            _note(change, DRA_RESTART_NOTE)
+            continue
         if applied and mig_is_ours and state.mig_state == "failed":
             failed.append((change, "MIG Manager reported failed" + (f": {state.error}" if state.error else "")))
         elif (
@@ -498,6 +504,19 @@ def _step_verifying(driver: Driver, changes: list[NodeChange], now) -> None:
         )
     for change, reason in failed:
         _fail(driver, [change], reason)
+
+
+DRA_RESTART_NOTE = "MIG Manager done; restarted the node's gpu.nvidia.com kubelet plugin to publish the new devices"
+
+
+def _dra_plugin_stale(change: NodeChange, state) -> bool:
+    """A DRA node whose hardware (GFD's labels) already shows the change's devices while its kubelet plugin still
+    publishes others, and whose plugin was not restarted for this attempt yet (the note says so; a retry clears it).
+    MIG Manager's `success` alone may be the previous config's, read before it saw the new label."""
+    if state.dra_plugin_started_at is None or change.error == DRA_RESTART_NOTE:
+        return False
+    expected = _gpu_resources(change.to_config.get("allocatable"))
+    return _gpu_resources(state.dra_hardware) == expected != _gpu_resources(state.allocatable)
 
 
 def _timeout_text(change: NodeChange, state) -> str:

@@ -27,6 +27,7 @@ GPU_COLUMNS = (
     "pci_bus_id",
     "pci_device_id",
     "numa_node",
+    "dra_device",
     "mig_capable",
     "mig_enabled",
     "mig_pending",
@@ -48,7 +49,17 @@ GPU_COLUMNS = (
     "metrics_at",
     "gone_at",
 )
-GPU_MIG_DEVICE_COLUMNS = ("id", "profile", "start", "size", "uuid", "in_use_by", "utilization_pct", "memory_used_mib")
+GPU_MIG_DEVICE_COLUMNS = (
+    "id",
+    "profile",
+    "start",
+    "size",
+    "uuid",
+    "dra_device",
+    "in_use_by",
+    "utilization_pct",
+    "memory_used_mib",
+)
 _HEALTH_DETAIL_HELP = (
     "Why the GPU is in its health state and what to do (e.g. 'XID 79: fallen off the bus: …'); empty when healthy."
 )
@@ -189,6 +200,8 @@ class NodeSerializer(serializers.ModelSerializer):
             "cluster",
             "pool",
             *NODE_FIELDS,  # what the node reports, written by ingest
+            "gpu_stack",
+            "dynamic_mig",
             "config_state_since",
             "last_seen_at",
             "agent_last_seen_at",
@@ -257,6 +270,7 @@ class MigDeviceSerializer(serializers.ModelSerializer):
             "start",
             "size",
             "uuid",
+            "dra_device",
             "gpu_instance_id",
             "compute_instance_id",
             "memory_mib",

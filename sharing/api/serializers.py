@@ -4,6 +4,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api.fields import RefField, ref_to
+from fleet.choices import GpuStack
 from fleet.models import Node, NodePool
 from sharing.mig import PRODUCTS, parse_layout
 from sharing.models import NodePin, QoSComplianceReport, QoSPolicy, SharingProfile
@@ -173,6 +174,13 @@ class NodeImpactSerializer(serializers.Serializer):
     pods_losing = PodRefSerializer(many=True)
     mig_config = serializers.SerializerMethodField()
     device_plugin_config = serializers.SerializerMethodField()
+    gpu_stack = serializers.ChoiceField(
+        source="node.gpu_stack", choices=GpuStack.choices, help_text="What serves the node's GPUs (Node.gpu_stack)."
+    )
+    assumption = serializers.CharField(
+        help_text="What this preview assumed that the node does not have (a DRA node read as a device-plugin one); "
+        "empty when nothing."
+    )
 
     def get_node(self, impact) -> dict:
         return ref_to(impact.node, "node-detail", self.context.get("request"))

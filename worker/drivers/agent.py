@@ -58,3 +58,6 @@ class AgentDriver:
 
     def restart_config_manager(self, node_name: str) -> None:
         return None
+
+    def restart_dra_plugin(self, node_name: str) -> None:
+        return None  # agents drive NVML themselves: no DRA plugin

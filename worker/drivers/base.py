@@ -2,6 +2,7 @@
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 
@@ -38,6 +39,12 @@ class NodeState:
     # The desired config id the node says it applied: agents report it; Kubernetes has none (None), so its
     # changes are judged from labels and allocatable alone.
     config_id: str | None = None
+    # When the node's DRA kubelet plugin (gpu.nvidia.com) last started; None: not a DRA node. On a DRA node
+    # `allocatable` is its pool's devices under the device plugin's names (sharing.dra.pool_resources).
+    dra_plugin_started_at: datetime | None = None
+    # What GPU Feature Discovery's labels say the hardware has, under the same names (a DRA node under a
+    # ClusterPolicy): the plugin must publish it once MIG Manager is done.
+    dra_hardware: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -72,3 +79,6 @@ class Driver(Protocol):
 
     def restart_config_manager(self, node_name: str) -> None:
         """Kick a node's MIG manager so it re-reads its label (the known wedged-`pending` bug, contracts §1.2)."""
+
+    def restart_dra_plugin(self, node_name: str) -> None:
+        """Restart a DRA node's gpu.nvidia.com kubelet plugin: it discovers MIG devices only at start (§13.1)."""

@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from kubernetes import client
 
+from fleet.choices import DRA_STACKS
 from fleet.models import Node
-from fleet.observations import NodeObservation
+from fleet.observations import GpuObservation, NodeObservation
 from fleet.services import (
     NODE_FIELDS,
     cluster_record_contact,
@@ -21,6 +22,7 @@ from worker.drivers.kubernetes.labels import node_labels, node_ready
 from worker.drivers.kubernetes.operator import HealthReport, Operator
 from worker.inventory.dcgm import gpu_metrics, gpu_observations
 from worker.inventory.exporters import fetch_metrics
+from worker.inventory.gpustack import DraView, leave_dra_devices, pool_observations, read_dra
 from worker.inventory.nodes import list_gpu_nodes, node_observation, warnings_by_node
 
 log = logging.getLogger(__name__)
@@ -36,14 +38,17 @@ class SyncResult:
     changed: object = None
     metrics_recorded: int = 0
     warnings: dict = field(default_factory=dict)
+    dra: DraView | None = None  # what the listing read of DRA (the watch keeps it current)
 
 
 def sync_cluster_full(cluster, *, gpus: bool = True, metrics: bool = True, record_contact: bool = True) -> SyncResult:
     """List every GPU node and record them all (nodes not listed are marked gone). With `gpus`, dcgm-exporter is
     scraped for the GPUs and MIG devices; with `metrics` too, their utilisation and health are recorded."""
-    core = client.CoreV1Api(k8s.api_client(cluster))
+    api = k8s.api_client(cluster)
+    core = client.CoreV1Api(api)
     nodes, version = list_gpu_nodes(core)
     warnings = warnings_by_node(core, cluster.operator_namespace)
+    dra = read_dra(api)
     scraped = {}
     if gpus:
         try:
@@ -55,12 +60,15 @@ def sync_cluster_full(cluster, *, gpus: bool = True, metrics: bool = True, recor
         name = node["metadata"]["name"]
         samples = scraped.get(name)
         found = gpu_observations(node_labels(node).get("nvidia.com/gpu.product", ""), samples) if samples else None
-        observations.append(node_observation(node, gpus=found, warning=warnings.get(name, "")))
+        if dra is not None and name in dra.slices:  # a DRA node: its pool says which GPUs and MIG devices exist
+            found = pool_observations(name, dra.slices[name], found)
+        observations.append(node_observation(node, gpus=found, warning=warnings.get(name, ""), stack=dra))
     changed = inventory_record(cluster=cluster, nodes=observations, complete=True)
     recorded = gpu_metrics_record(samples=gpu_metrics(scraped)) if scraped and metrics else 0
     if record_contact:
         cluster_record_contact(cluster)
-    return SyncResult(version, len(nodes), sum(len(g) for g in scraped.values()), changed, recorded, warnings)
+    gpus_seen = sum(len(g) for g in scraped.values())
+    return SyncResult(version, len(nodes), gpus_seen, changed, recorded, warnings, dra)
 
 
 def scrape_metrics(cluster) -> SyncResult:
@@ -80,13 +88,51 @@ def scrape_metrics(cluster) -> SyncResult:
             NodeObservation(
                 name=row.name,
                 **{f: getattr(row, f) for f in NODE_FIELDS},
-                gpus=gpu_observations(row.labels.get("nvidia.com/gpu.product", ""), scraped[row.name]),
+                gpus=_exported(row, gpu_observations(row.labels.get("nvidia.com/gpu.product", ""), scraped[row.name])),
             )
             for row in rows
         ]
         changed = inventory_record(cluster=cluster, nodes=observations)
     recorded = gpu_metrics_record(samples=gpu_metrics(scraped))
     return SyncResult("", len(rows), sum(len(g) for g in scraped.values()), changed, recorded)
+
+
+def record_pools(cluster, view: DraView, names) -> int:
+    """Record the GPUs and MIG devices of these DRA nodes from their pools as `view` holds them (the watch's slice
+    events), with the GPU stack they imply; the rest of each node is re-read under a row lock, as the scrape does.
+    Returns how many nodes were recorded."""
+    with transaction.atomic():
+        rows = []
+        names = sorted(names)
+        for i in range(0, len(names), 900):
+            rows += Node.objects.select_for_update().filter(cluster=cluster, name__in=names[i : i + 900], gone_at=None)
+        observations = []
+        for row in rows:
+            gpu_stack, dynamic_mig = view.stack(row.name, row.labels, row.allocatable)
+            pool = view.slices.get(row.name)
+            observations.append(
+                NodeObservation(
+                    name=row.name,
+                    **{f: getattr(row, f) for f in NODE_FIELDS},
+                    gpu_stack=gpu_stack,
+                    dynamic_mig=dynamic_mig,
+                    gpus=pool_observations(row.name, pool, _stored_gpus(row)) if pool is not None else None,
+                )
+            )
+        inventory_record(cluster=cluster, nodes=observations)
+    return len(rows)
+
+
+def _stored_gpus(node: Node) -> tuple:
+    """The node's live GPUs as observations, to lend pool_observations their index and health."""
+    return tuple(
+        GpuObservation(index=g.index, uuid=g.uuid, product=g.product, health=g.health) for g in node.gpus.live()
+    )
+
+
+def _exported(node: Node, gpus):
+    """What the scrape may record of a node's GPUs: on a DRA node the slices own MIG devices and DRA keys."""
+    return leave_dra_devices(gpus) if node.gpu_stack in DRA_STACKS else gpus
 
 
 def cluster_health(cluster, *, record: bool = True) -> HealthReport:

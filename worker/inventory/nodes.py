@@ -69,8 +69,9 @@ def node_error(labels: dict, allocatable: dict, ready: bool | None, warning: str
     return ""
 
 
-def node_observation(node: dict, *, gpus=None, warning: str = "") -> NodeObservation:
-    """A Node object (raw JSON) as the fleet's observation; `gpus` None leaves the node's GPUs as they are."""
+def node_observation(node: dict, *, gpus=None, warning: str = "", stack=None) -> NodeObservation:
+    """A Node object (raw JSON) as the fleet's observation; `gpus` None leaves the node's GPUs as they are, `stack`
+    (a gpustack.DraView) None its GPU stack."""
     labels = {k: v for k, v in node_labels(node).items() if k not in VOLATILE_LABELS}
     allocatable = gpu_allocatable(node)
     ready = node_ready(node)
@@ -85,6 +86,7 @@ def node_observation(node: dict, *, gpus=None, warning: str = "") -> NodeObserva
         labels[k] for k in ("nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor")
         if k in labels
     )  # fmt: skip
+    gpu_stack, dynamic_mig = stack.stack(node["metadata"]["name"], labels, allocatable) if stack else (None, None)
     return NodeObservation(
         name=node["metadata"]["name"],
         labels=labels,
@@ -100,6 +102,8 @@ def node_observation(node: dict, *, gpus=None, warning: str = "") -> NodeObserva
         config_state=config_state(labels, allocatable, ready),
         last_error=node_error(labels, allocatable, ready, warning)[:2000],
         gpus=gpus,
+        gpu_stack=gpu_stack,
+        dynamic_mig=dynamic_mig,
     )
 
 

@@ -1,4 +1,6 @@
-"""The node watch: list a cluster's GPU nodes, then follow them from the list's resourceVersion."""
+"""The node watch: list a cluster's GPU nodes, then follow them from the list's resourceVersion; beside it, the
+`gpu.nvidia.com` ResourceSlices of DRA nodes (their GPUs and MIG devices, docs/nvidia-contracts.md §13), batched
+the same way."""
 
 import logging
 import queue
@@ -13,9 +15,11 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from fleet.services import cluster_record_contact, inventory_record
+from sharing.dra import DRIVER
 from worker.drivers.kubernetes import api as k8s
 from worker.drivers.kubernetes.labels import GPU_NODE_SELECTOR
-from worker.inventory.cluster import cluster_health, sync_cluster_full
+from worker.inventory.cluster import cluster_health, record_pools, sync_cluster_full
+from worker.inventory.gpustack import read_dra
 from worker.inventory.nodes import node_observation
 from worker.telemetry import api_errors_flush, watch_record
 
@@ -38,6 +42,15 @@ class _RawWatch(watch.Watch):
 _END = object()
 
 
+class _SliceEvent:
+    """An event of the ResourceSlice stream, on the same queue as the node events."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, event: dict):
+        self.event = event
+
+
 class _StreamFailed(Exception):
     def __init__(self, error: BaseException):
         super().__init__(str(error))
@@ -58,6 +71,10 @@ class WatchStats:
     gone: int = 0
     last_batch_nodes: int = 0
     resource_version: str = ""
+    slice_events: int = 0
+    slice_relists: int = 0
+    pool_batches: int = 0
+    last_batch_pools: int = 0
 
 
 class ClusterWatcher:
@@ -83,12 +100,15 @@ class ClusterWatcher:
         self._recorded: object = object()
         self._recorded_at = 0.0
         self._seen: str | None = None  # the newest version seen on the stream (recorded or pending)
+        self._dra = None  # gpustack.DraView of the last listing, kept current by the slice stream
+        self._pools_pending: set[str] = set()  # DRA nodes whose pool changed since the last recording
+        self._slice_watch: _RawWatch | None = None
 
     def stop(self) -> None:
         self.stop_event.set()
-        current = self._watch
-        if current is not None:
-            current.stop()  # shuts the socket down: the reader thread wakes at once
+        for current in (self._watch, self._slice_watch):
+            if current is not None:
+                current.stop()  # shuts the socket down: the reader thread wakes at once
 
     def run(self) -> None:
         backoff, first = BACKOFF_START, True
@@ -132,6 +152,7 @@ class ClusterWatcher:
         # Utilisation is left to the periodic scrape (worker.tasks.cluster_scrape_metrics): the watch starts sooner.
         result = sync_cluster_full(self.cluster, gpus=gpus, metrics=False, record_contact=False)
         self._warnings = result.warnings
+        self._dra, self._pools_pending = result.dra, set()
         self.stats.lists += 1
         self.version = self.stats.resource_version = result.resource_version
         watch_record(self.cluster.pk, connected=True, listed=True)
@@ -179,6 +200,8 @@ class ClusterWatcher:
 
         reader = threading.Thread(target=read, name=f"watch-{self.cluster.pk}", daemon=True)
         reader.start()
+        if self._dra is not None and self._dra.version:
+            self._start_slice_reader(events)
         self.stats.streams += 1
         pending: dict[str, dict] = {}
         first_at = None
@@ -205,6 +228,13 @@ class ClusterWatcher:
                     self._flush(pending)
                     item.progressed = self.version != started_at
                     raise item
+                if isinstance(item, _SliceEvent):
+                    if self._on_slice(item.event, events):
+                        first_at = first_at or time.monotonic()
+                    if first_at is not None and time.monotonic() - first_at >= self.batch_seconds:
+                        self._flush(pending)
+                        first_at = None
+                    continue
                 kind, obj = item.get("type"), item.get("raw_object") or item.get("object") or {}
                 meta = obj.get("metadata") or {}
                 if kind == "DELETED":
@@ -223,6 +253,73 @@ class ClusterWatcher:
         finally:
             stream_watch.stop()
             self._watch = None
+            if self._slice_watch is not None:
+                self._slice_watch.stop()
+                self._slice_watch = None
+
+    def _start_slice_reader(self, events: queue.SimpleQueue) -> None:
+        """Follow the `gpu.nvidia.com` ResourceSlices from the listing's (or the last event's) version."""
+        slice_watch = self._slice_watch = _RawWatch()
+        resources = client.ResourceV1Api(k8s.api_client(self.cluster))
+        since = self._dra.version
+
+        def read():
+            try:
+                for event in slice_watch.stream(
+                    resources.list_resource_slice,
+                    field_selector=f"spec.driver={DRIVER}",
+                    resource_version=since,
+                    timeout_seconds=self.watch_seconds,
+                    allow_watch_bookmarks=True,
+                    _request_timeout=(10, self.watch_seconds + 30),
+                ):
+                    events.put(_SliceEvent(event))
+            except BaseException as exc:
+                events.put(_SliceEvent({"type": "FAILED", "error": exc}))
+
+        threading.Thread(target=read, name=f"watch-slices-{self.cluster.pk}", daemon=True).start()
+
+    def _on_slice(self, event: dict, events: queue.SimpleQueue) -> bool:
+        """Apply a slice event to the DRA view; True when a pool changed (to be recorded with the next batch). A cut
+        stream resumes at once from the last version; on 410 Gone the slices alone are listed again (every DRA node
+        re-recorded) and followed from there; another error waits for the next node stream."""
+        kind = event.get("type")
+        if kind == "FAILED":
+            error = event["error"]
+            if isinstance(error, ApiException) and error.status == 410:
+                self.stats.slice_relists += 1
+                fresh = read_dra(k8s.api_client(self.cluster))
+                if fresh is None:
+                    return False
+                self._pools_pending |= set(self._dra.slices) | set(fresh.slices)
+                self._dra = fresh
+                self._start_slice_reader(events)
+                return bool(self._pools_pending)
+            if _is_cut(error):
+                self._start_slice_reader(events)
+            else:
+                log.warning("slice watch of %s failed: %s", self.cluster.name, k8s.error_text(error))
+            return False
+        obj = event.get("raw_object") or event.get("object") or {}
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        changed = False
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            node = self._dra.apply(kind, obj)
+            if node:
+                self._pools_pending.add(node)
+                self.stats.slice_events += 1
+                changed = True
+        if version:
+            self._dra.version = version
+        return changed
+
+    def _flush_pools(self) -> None:
+        if not self._pools_pending or self._dra is None:
+            return
+        names = set(self._pools_pending)
+        self.stats.last_batch_pools = record_pools(self.cluster, self._dra, names)
+        self._pools_pending -= names
+        self.stats.pool_batches += 1
 
     def _advance(self, version: str | None, pending: dict) -> None:
         """Resume from `version` only once nothing older is left unrecorded (a cut stream then loses nothing)."""
@@ -233,6 +330,7 @@ class ClusterWatcher:
             self.version = self.stats.resource_version = version
 
     def _flush(self, pending: dict[str, dict]) -> None:
+        self._flush_pools()
         if not pending:
             return
         observations = [node_observation(obj, warning=self._warnings.get(name, "")) for name, obj in pending.items()]

@@ -7,11 +7,14 @@ exactly the fields Tessera owns, retried with backoff on 409/429/5xx and broken 
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from fleet.services import cluster_record_contact
+from sharing.dra import DRIVER as DRA_DRIVER
+from sharing.dra import HELM_PLUGIN_SELECTOR, OPERATOR_PLUGIN_SELECTOR, newest_complete, pool_resources
 from sharing.nvidia_import import ClusterConfigs
 from worker.drivers.base import BusyPod, DriverError, NodeState, NodeTarget
 from worker.drivers.kubernetes.api import (
@@ -34,6 +37,7 @@ from worker.drivers.kubernetes.labels import (
     PLUGIN_CONFIG,
     gpu_allocatable,
     holds_gpu,
+    instant,
     node_labels,
     pod_gpu_resources,
 )
@@ -114,13 +118,14 @@ class KubernetesDriver:
         return wanted
 
     def busy_pods(self, node_names: Sequence[str]) -> dict[str, list[BusyPod]]:
-        """Live pods holding nvidia.com/gpu* or nvidia.com/mig-* (the operator's own DaemonSet pods excluded)."""
+        """Live pods holding nvidia.com/gpu* or nvidia.com/mig-*, or devices through ResourceClaims allocated to them
+        (a DRA node; any driver's claims count, to be safe); the operator's own DaemonSet pods excluded."""
         busy = {}
         for node, pods in self._pods_by_node(node_names).items():
             holding = [
                 BusyPod(p["metadata"]["namespace"], p["metadata"]["name"], pod_gpu_resources(p))
                 for p in pods
-                if holds_gpu(p, self.namespace)
+                if holds_gpu(p, self.namespace) or _holds_claims(p)
             ]
             if holding:
                 busy[node] = sorted(holding, key=lambda b: (b.namespace, b.name))
@@ -211,7 +216,61 @@ class KubernetesDriver:
             if error is not None:
                 raise DriverError(f"reading node {name}: {error_text(error)}", transient=is_transient(error))
             objects[name] = node
-        return {name: node_state(name, objects[name]) for name in names}
+        states = {name: node_state(name, objects[name]) for name in names}
+        # A node advertising no GPU resource may be a DRA node: its pool says what it has (docs/nvidia-contracts §13).
+        bare = [n for n, st in states.items() if st.exists and not any(int(v) for v in st.allocatable.values())]
+        for name, found, error in parallel(self._dra_state, bare):
+            if error is not None:
+                raise DriverError(f"reading {name}'s DRA pool: {error_text(error)}", transient=is_transient(error))
+            if found is not None:
+                hardware = gfd_resources(node_labels(objects[name]))
+                states[name] = replace(
+                    states[name], allocatable=found[0], dra_plugin_started_at=found[1], dra_hardware=hardware
+                )
+        return states
+
+    def _dra_state(self, node_name: str) -> tuple[dict[str, int], object] | None:
+        """(the pool's devices as resources, when its kubelet plugin started) of a DRA node; None for another node."""
+        pods = self._dra_plugin_pods(node_name)
+        try:
+            page = read_json(
+                client.ResourceV1Api(self.core.api_client).list_resource_slice,
+                field_selector=f"spec.nodeName={node_name},spec.driver={DRA_DRIVER}",
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            page = {}
+        pool = next(iter(newest_complete(page.get("items") or []).values()), [])
+        if not pool and not pods:
+            return None
+        started = max(filter(None, (instant((p.get("status") or {}).get("startTime")) for p in pods)), default=None)
+        return pool_resources(pool), started
+
+    def _dra_plugin_pods(self, node_name: str) -> list[dict]:
+        pods = []
+        for selector in (HELM_PLUGIN_SELECTOR, OPERATOR_PLUGIN_SELECTOR):
+            page = read_json(
+                self.core.list_pod_for_all_namespaces,
+                label_selector=selector,
+                field_selector=f"spec.nodeName={node_name}",
+            )
+            pods += page.get("items") or []
+        return pods
+
+    def restart_dra_plugin(self, node_name: str) -> None:
+        """Delete the node's gpu.nvidia.com kubelet-plugin pod; its DaemonSet starts a new one, which discovers the
+        GPUs' MIG devices again and republishes the pool (§13.1, 13.2)."""
+        pods = self._dra_plugin_pods(node_name)
+        if not pods:
+            raise DriverError(f"no gpu.nvidia.com kubelet-plugin pod runs on {node_name}")
+        for pod in pods:
+            meta = pod["metadata"]
+            try:
+                call(self.core.delete_namespaced_pod, meta["name"], meta["namespace"])
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise DriverError(f"restarting the DRA plugin on {node_name}: {error_text(exc)}") from None
 
     def restart_config_manager(self, node_name: str) -> None:
         """Delete the node's mig-manager pod; its DaemonSet recreates it and the new pod re-reads the label."""
@@ -230,6 +289,28 @@ class KubernetesDriver:
             except ApiException as exc:
                 if exc.status != 404:
                     raise DriverError(f"restarting {MIG_MANAGER_APP} on {node_name}: {error_text(exc)}") from None
+
+
+def _holds_claims(pod: dict) -> bool:
+    """A live pod the scheduler gave ResourceClaims (from templates, named claims or the extended-resource path)."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return False
+    return bool(status.get("resourceClaimStatuses") or status.get("extendedResourceClaimStatus"))
+
+
+def gfd_resources(labels: Mapping[str, str]) -> dict[str, int]:
+    """GFD's counts as resources: `nvidia.com/mig-<profile>.count` per MIG profile, else `nvidia.com/gpu.count`
+    (contracts §3.6)."""
+    counts = {
+        key.removesuffix(".count"): int(value)
+        for key, value in labels.items()
+        if key.startswith("nvidia.com/mig-") and key.endswith(".count") and value.isdigit() and int(value)
+    }
+    if counts:
+        return counts
+    whole = labels.get("nvidia.com/gpu.count", "")
+    return {"nvidia.com/gpu": int(whole)} if whole.isdigit() and int(whole) else {}
 
 
 def candidate_pods(core: client.CoreV1Api, namespace: str) -> list[dict]:
