@@ -31,9 +31,9 @@ RECONCILE_TICK_SECONDS = 30  # beat's period for the tick (TESSERA_RECONCILE_SEC
 
 @shared_task(base=OncePerPeriod, soft_time_limit=50, time_limit=60, expires=60)
 def reconcile_tick() -> dict:
-    """Beat's tick: remove pins past their end, turn drift into rollouts, then nudge every running rollout (recovers
-    lost step tasks); clusters whose admission policies no longer match their pools' QoS policies (a window began, a
-    policy changed) are synced at once."""
+    """Beat's tick: remove pins past their end, turn drift into rollouts (incrementally: worker/reconcile.py), then
+    nudge every running rollout (recovers lost step tasks); clusters whose admission policies no longer match their
+    pools' QoS policies (a window began, a policy changed) are synced at once."""
     with telemetry.loop_run(telemetry.RECONCILE_LOOP):
         expired = sharing_services.pins_expire()
         created = reconcile_module.reconcile()
