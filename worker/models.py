@@ -223,14 +223,19 @@ class ReconcileState(models.Model):
     windows and pin ends crossed since are boundaries), the last full pass, the nodes left out of the loop then
     (stale or not ready: evaluated again once back), and what the full passes found the incremental ones missed."""
 
-    evaluated_at = models.DateTimeField()
-    full_at = models.DateTimeField()
+    evaluated_at = models.DateTimeField(null=True, blank=True)
+    full_at = models.DateTimeField(null=True, blank=True, help_text="Empty: no full pass yet.")
+    full_requested_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A tick sent the full pass's task (worker.tasks.reconcile_full); it clears this.",
+    )
     held = models.JSONField(default=list, help_text="Ids of live nodes out of the loop at the last evaluation.")
     missed = models.PositiveBigIntegerField(default=0, help_text="Nodes a full pass planned that no tick looked at.")
     last_missed_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self):
-        return f"evaluated {self.evaluated_at:%Y-%m-%d %H:%M:%S}, full {self.full_at:%Y-%m-%d %H:%M:%S}"
+        return f"evaluated {self.evaluated_at}, full pass {self.full_at}"
 
 
 class LoopRun(models.Model):

@@ -8,8 +8,9 @@ The tick is incremental: it evaluates only the nodes whose desired or observed s
 last evaluation (`tick_scope`): nodes and pools named by marks (worker.marks: an edit of a pool, profile, pin,
 schedule or QoS policy, a node's observed config, its GPUs), pools whose schedule crossed a window boundary, pins
 that ended, nodes drifted at the last evaluation (their change may have finished, their back-off run out) and nodes
-back in the loop after being stale or not ready. Every RECONCILE_FULL_SECONDS it evaluates every node instead, and
-counts as missed any drifted node the incremental scope would not have held (logged, and on /metrics).
+back in the loop after being stale or not ready. Every RECONCILE_FULL_SECONDS a full pass (its own task, with a
+longer time limit) evaluates every node instead, and counts as missed any drifted node the incremental scope would not
+have held (logged, and on /metrics).
 """
 
 import logging
@@ -35,6 +36,7 @@ from worker.telemetry import drift_record
 
 log = logging.getLogger(__name__)
 CHUNK = 5000
+FULL_PASS_MAX_SECONDS = 600  # the full pass task's time limit: a request older than this is sent again
 
 
 @dataclass
@@ -50,17 +52,34 @@ class Scope:
 
 
 def tick_scope(*, at, full: bool | None = None) -> Scope:
-    """The nodes this tick must evaluate at `at`; a full pass when `full`, when none ran yet, when it is due, or when
-    a mark says everything."""
+    """The nodes this tick must evaluate at `at` (`node_ids` None: only a full pass can say, since none ran yet or a
+    mark says everything); a full pass when `full`, or when `full` is None and one is due."""
     state = ReconcileState.objects.filter(pk=1).first()
     marks = list(ReconcileMark.objects.values_list("pk", "node_id", "pool_id", "everything"))
     held = set(Node.objects.live().filter(stale_q() | Q(ready=False)).values_list("pk", flat=True))
     everything = any(m[3] for m in marks)
-    node_ids = None if state is None or everything else _candidates(state, marks, held, at)
+    node_ids = None if state is None or state.full_at is None or everything else _candidates(state, marks, held, at)
     if full is None:
-        period = timedelta(seconds=settings.TESSERA["RECONCILE_FULL_SECONDS"])
-        full = node_ids is None or at - state.full_at >= period
+        full = node_ids is None or _full_due(state, at)
     return Scope(full, node_ids, [m[0] for m in marks], held, state)
+
+
+def _full_due(state: ReconcileState | None, at) -> bool:
+    period = timedelta(seconds=settings.TESSERA["RECONCILE_FULL_SECONDS"])
+    return state is None or state.full_at is None or at - state.full_at >= period
+
+
+def full_pass_request(*, at=None) -> bool:
+    """Whether a full pass is due (none yet, its period over, or a mark says everything) and the caller is the one to
+    send it (worker.tasks.reconcile_full): a request stands until the pass answers it, or FULL_PASS_MAX_SECONDS."""
+    at = at or timezone.now()
+    state, _ = ReconcileState.objects.get_or_create(pk=1)
+    if not (_full_due(state, at) or ReconcileMark.objects.filter(everything=True).exists()):
+        return False
+    unanswered = Q(full_requested_at__isnull=True) | Q(
+        full_requested_at__lt=at - timedelta(seconds=FULL_PASS_MAX_SECONDS)
+    )
+    return ReconcileState.objects.filter(unanswered, pk=1).update(full_requested_at=at) == 1
 
 
 def _candidates(state: ReconcileState, marks, held: set[int], at) -> set[int]:
@@ -90,7 +109,8 @@ def evaluate(scope: Scope, *, at) -> Drift:
 
 def reconcile(*, at=None, nodes=None, full: bool | None = None) -> list[int]:
     """One pass of the loop; returns the ids of the rollouts it created. Safe to run concurrently or repeatedly.
-    `nodes`: only these (a queryset), no drift recorded; else the tick's scope (`full` forces a full pass or not)."""
+    `nodes`: only these (a queryset), no drift recorded; else the tick's scope. `full`: True a full pass, False never
+    one (the tick: worker.tasks.reconcile_full runs them; until the first, it evaluates nothing), None one when due."""
     at = at or timezone.now()
     created = {}
     taken = rollouts_supersede(nodes=nodes, at=at)  # first: the nodes it frees are planned below
@@ -99,6 +119,8 @@ def reconcile(*, at=None, nodes=None, full: bool | None = None) -> list[int]:
         drifted = drift(reconcilable_nodes(nodes), at=at)
     else:
         scope = tick_scope(at=at, full=full)
+        if not scope.full and scope.node_ids is None:
+            return []  # only a full pass can answer: its task is on its way (full_pass_request)
         drifted = evaluate(scope, at=at)
         drift_record(drifted, now=at, scope=None if scope.full else scope.node_ids)
     for (pool, profile, source, schedule), planned in plan(None, drifted=drifted).items():
@@ -141,10 +163,10 @@ def _answered(scope: Scope, drifted: Drift, *, at) -> None:
     with transaction.atomic():
         state = ReconcileState.objects.select_for_update().filter(pk=1).first()
         if state is None:
-            state = ReconcileState(pk=1, full_at=at)
+            state = ReconcileState(pk=1)
         state.evaluated_at, state.held = at, sorted(scope.held)
         if scope.full:
-            state.full_at = at
+            state.full_at, state.full_requested_at = at, None
         if missed:
             state.missed += len(missed)
             state.last_missed_at = at

@@ -17,9 +17,9 @@ from sharing import services as sharing_services
 from sharing.models import NodePin, PoolSharing, SharingProfile
 from tests.factories import ClusterFactory, NodePoolFactory
 from tests.worker.test_engine import H100, _observation
-from worker import marks, reconcile
+from worker import marks, reconcile, tasks
 from worker.choices import ACTIVE_CHANGE_STATUSES, ChangeStatus
-from worker.models import NodeChange, NodeDrift, ReconcileMark, ReconcileState
+from worker.models import NodeChange, NodeDrift, ReconcileMark, ReconcileState, Rollout
 from worker.rollouts import rollouts_supersede
 from worker.selectors import drift, reconcilable_nodes
 
@@ -265,3 +265,17 @@ def test_the_calendars_read_as_tuples_are_the_schedules_own(small_fleet):
     assert enabled_calendars() == {schedule.pool_id: schedule.to_calendar()}
     Schedule.objects.update(enabled=False)
     assert enabled_calendars() == {}
+
+
+def test_the_tick_sends_the_full_pass_once_and_never_runs_it_itself(small_fleet, monkeypatch):
+    """At 100,000 nodes a full pass takes longer than a tick may: the tick sends it as its own task, once."""
+    sent = []
+    monkeypatch.setattr(tasks.reconcile_full, "apply_async", lambda **options: sent.append(options))
+    tasks.reconcile_tick()
+    assert len(sent) == 1 and not Rollout.objects.exists()  # no full pass yet: the tick could evaluate nothing
+    tasks.reconcile_tick()
+    assert len(sent) == 1  # the request stands until the pass answers it
+    tasks.reconcile_full()
+    assert Rollout.objects.exists() and ReconcileState.objects.get().full_requested_at is None
+    tasks.reconcile_tick()
+    assert len(sent) == 1  # not due again before RECONCILE_FULL_SECONDS

@@ -35,8 +35,16 @@ class Migration(migrations.Migration):
             name="ReconcileState",
             fields=[
                 ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("evaluated_at", models.DateTimeField()),
-                ("full_at", models.DateTimeField()),
+                ("evaluated_at", models.DateTimeField(blank=True, null=True)),
+                ("full_at", models.DateTimeField(blank=True, help_text="Empty: no full pass yet.", null=True)),
+                (
+                    "full_requested_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="A tick sent the full pass's task (worker.tasks.reconcile_full); it clears this.",
+                        null=True,
+                    ),
+                ),
                 (
                     "held",
                     models.JSONField(
