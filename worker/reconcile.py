@@ -7,7 +7,7 @@ changing, or failed and waiting out their back-off, and does nothing new.
 The tick is incremental: it evaluates only the nodes whose desired or observed state could have changed since the
 last evaluation (`tick_scope`): nodes and pools named by marks (worker.marks: an edit of a pool, profile, pin,
 schedule or QoS policy, a node's observed config, its GPUs), pools whose schedule crossed a window boundary, pins
-that ended, nodes drifted at the last evaluation (their change may have finished, their back-off run out) and nodes
+that ended, back-offs that ran out, nodes drifted at the last evaluation (their change may have finished) and nodes
 back in the loop after being stale or not ready. Every RECONCILE_FULL_SECONDS a full pass (its own task, with a
 longer time limit) evaluates every node instead, and counts as missed any drifted node the incremental scope would not
 have held (logged, and on /metrics).
@@ -29,7 +29,7 @@ from fleet.querysets import stale_q
 from scheduling.selectors import pools_switched
 from sharing.models import NodePin
 from worker.choices import RolloutTrigger
-from worker.models import NodeDrift, ReconcileMark, ReconcileState
+from worker.models import NodeDrift, NodeRetry, ReconcileMark, ReconcileState
 from worker.rollouts import rollout_create, rollout_title, rollouts_link_successors, rollouts_supersede
 from worker.selectors import Drift, drift, plan, reconcilable_nodes
 from worker.telemetry import drift_record
@@ -91,6 +91,9 @@ def _candidates(state: ReconcileState, marks, held: set[int], at) -> set[int]:
         nodes.update(Node.objects.filter(pool_id__in=pools[i : i + CHUNK]).values_list("pk", flat=True))
     earlier, later = sorted([since, at])
     nodes.update(NodePin.objects.filter(until__gt=earlier, until__lte=later).values_list("node_id", flat=True))
+    # Back-offs run out: their nodes are drifted anyway, unless a full pass running meanwhile replaced the drift rows.
+    retries = NodeRetry.objects.filter(next_retry_at__gt=earlier, next_retry_at__lte=later)
+    nodes.update(retries.values_list("node_id", flat=True))
     nodes.update(NodeDrift.objects.values_list("node_id", flat=True))
     nodes.update(set(state.held) - held)  # back in the loop
     return nodes
