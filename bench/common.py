@@ -18,7 +18,8 @@ def setup_django(scratch_dir: str, name: str):
     if connection.vendor == "sqlite" and not os.environ.get("DATABASE_URL"):
         connection.settings_dict["TEST"]["NAME"] = os.path.join(scratch_dir, f"{name}.sqlite3")
     else:
-        connection.settings_dict["TEST"]["NAME"] = f"tessera_bench_{name}"
+        # TESSERA_BENCH_DB: another name, so that two runs of one benchmark on one server never share a database.
+        connection.settings_dict["TEST"]["NAME"] = os.environ.get("TESSERA_BENCH_DB", f"tessera_bench_{name}")
     old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
     return connection, old_name
 

@@ -12,7 +12,7 @@ from core.exceptions import ApplicationError
 from fleet.choices import ClusterDriver
 from fleet.models import Cluster, Gpu, Node, NodePool
 from scheduling import windows
-from scheduling.models import Schedule
+from scheduling.models import Schedule, ScheduleException, ScheduleWindow
 from sharing.models import NodePin, PoolSharing, QoSPolicy, SharingProfile
 from sharing.qos import check_pods, consistency_errors, flagged_share
 from sharing.render import content_name
@@ -55,6 +55,38 @@ def active_schedules(pool_ids) -> dict[int, Schedule]:
         schedule.calendar = schedule.to_calendar()
         result[schedule.pool_id] = schedule
     return result
+
+
+def pools_switched(start, end) -> set[int]:
+    """Pools whose schedule gives another value (profile, QoS policy) at `end` than at `start`: a window began or
+    ended in between (DST-correct, scheduling.windows). Only their nodes may want another config for the time alone."""
+    if start == end:
+        return set()
+    return {
+        pool_id
+        for pool_id, calendar in enabled_calendars().items()
+        if windows.value_at(calendar, start) != windows.value_at(calendar, end)
+    }
+
+
+def enabled_calendars() -> dict[int, windows.Calendar]:
+    """Every enabled schedule's calendar by pool id (as Schedule.to_calendar builds it), read as tuples: the tick
+    reads them all, and model instances with prefetched windows cost ten times more."""
+    enabled = Schedule.objects.filter(enabled=True)
+    found = defaultdict(list)
+    rows = ScheduleWindow.objects.filter(schedule__enabled=True).values_list(
+        "schedule_id", "weekdays", "start", "end", "profile_id", "qos_policy_id", "name"
+    )
+    for schedule_id, weekdays, start, end, profile_id, qos_id, name in rows:
+        found[schedule_id].append(windows.Window(frozenset(weekdays), start, end, (profile_id, qos_id), name))
+    dates = defaultdict(set)
+    for schedule_id, day in ScheduleException.objects.filter(schedule__enabled=True).values_list("schedule_id", "date"):
+        dates[schedule_id].add(day)
+    values = enabled.values_list("pk", "pool_id", "time_zone", "baseline_profile_id", "baseline_qos_policy_id")
+    return {
+        pool_id: windows.Calendar(tz, tuple(found[pk]), (profile_id, qos_id), frozenset(dates[pk]))
+        for pk, pool_id, tz, profile_id, qos_id in values.order_by()
+    }
 
 
 def pool_states(pool_ids, *, at=None) -> dict[int, DesiredState]:

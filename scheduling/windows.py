@@ -16,7 +16,7 @@ Rules:
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
-from functools import cache, cached_property
+from functools import cache, cached_property, lru_cache
 from itertools import chain
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
@@ -28,6 +28,7 @@ _DAY = timedelta(days=1)
 _SECOND = timedelta(seconds=1)
 _WEEK_MINUTES = 7 * MINUTES_PER_DAY
 _DAY_CACHE_SIZE = 64
+_PLAN_CACHE_SIZE = 16384  # calendars a process keeps validated and planned: every schedule of a large fleet
 
 
 class CalendarError(ValueError):
@@ -75,8 +76,7 @@ class Calendar:
     @cached_property
     def _plan(self) -> "_Plan":
         """Validated once and kept with the calendar, so the reconcile tick pays for a few lookups only."""
-        check(self)
-        return _Plan(self)
+        return _plan_of(self)
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,13 @@ class Segment:
     end_minute: int
     value: Hashable
     window_name: str
+
+
+@lru_cache(maxsize=_PLAN_CACHE_SIZE)
+def _plan_of(calendar: Calendar) -> "_Plan":
+    """Equal calendars share one plan across ticks: a schedule read again each tick is not validated again."""
+    check(calendar)
+    return _Plan(calendar)
 
 
 class _Plan:

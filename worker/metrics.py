@@ -24,7 +24,16 @@ from fleet.models import Cluster
 from scheduling.models import KueueBinding
 from scheduling.selectors import TRANSITIONS_AROUND_NOW, transitions_around
 from worker.choices import ACTIVE_CHANGE_STATUSES, FINISHED_ROLLOUT_STATUSES, RolloutStatus
-from worker.models import ChangePhaseBucket, ClusterApiErrors, ClusterWatch, LoopRun, NodeChange, NodeDrift, Rollout
+from worker.models import (
+    ChangePhaseBucket,
+    ClusterApiErrors,
+    ClusterWatch,
+    LoopRun,
+    NodeChange,
+    NodeDrift,
+    ReconcileState,
+    Rollout,
+)
 from worker.telemetry import PHASE_BUCKETS, RECONCILE_LOOP
 
 WATCH_HEARTBEAT_STALE_SECONDS = 60  # a connected watcher records a heartbeat every 10 s
@@ -157,7 +166,13 @@ class WorkerCollector:
         if run is not None and run.last_success_at is not None:
             last.add_metric([], run.last_duration_seconds)
             success.add_metric([], timestamp(run.last_success_at))
-        yield from (duration, failures, last, success)
+        state = ReconcileState.objects.filter(pk=1).only("missed").first()
+        missed = CounterMetricFamily(
+            "tessera_reconcile_incremental_missed",
+            "Drifted nodes a full reconcile pass found that the incremental ticks would not have evaluated (expect 0).",
+            value=state.missed if state else 0,
+        )
+        yield from (duration, failures, last, success, missed)
 
     def _schedules(self, drift_rows, now):
         """A transition is missed when, past the grace period after it, its pool still has nodes drifting that no

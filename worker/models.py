@@ -184,8 +184,9 @@ class AdmissionPolicyState(models.Model):
 
 
 class NodeDrift(models.Model):
-    """A node whose observed config differs from its desired one, as the last full reconcile pass saw it: since when,
-    and why it is not in sync yet. Rows of nodes back in sync are deleted by the next pass."""
+    """A node whose observed config differs from its desired one, as the last reconcile pass that evaluated it saw it:
+    since when, and why it is not in sync yet. Rows of nodes back in sync are deleted by the next pass (every tick
+    evaluates the nodes recorded here again)."""
 
     class Reason(models.TextChoices):
         PLANNED = "planned", "No change yet: the loop starts one"
@@ -200,6 +201,41 @@ class NodeDrift(models.Model):
 
     def __str__(self):
         return f"{self.node_id}: {self.reason} since {self.since:%Y-%m-%d %H:%M:%S}"
+
+
+class ReconcileMark(models.Model):
+    """Something the desired or observed state of some nodes depends on changed: the next reconcile tick evaluates
+    them again. Written by database triggers (migration worker.0007) in the same transaction as the edit, whichever
+    process or code path made it; read and deleted by the tick (worker/reconcile.py). A row names a node, or a pool
+    (its nodes), or everything (a profile, QoS policy or cluster edit)."""
+
+    id = models.BigAutoField(primary_key=True)
+    node_id = models.BigIntegerField(null=True, blank=True)  # no foreign key: a deleted node's mark is harmless
+    pool_id = models.BigIntegerField(null=True, blank=True)
+    everything = models.BooleanField(default=False)
+
+    def __str__(self):
+        return "everything" if self.everything else f"node {self.node_id}" if self.node_id else f"pool {self.pool_id}"
+
+
+class ReconcileState(models.Model):
+    """Where the incremental reconcile tick stands (one row): the instant its last evaluation was for (schedule
+    windows and pin ends crossed since are boundaries), the last full pass, the nodes left out of the loop then
+    (stale or not ready: evaluated again once back), and what the full passes found the incremental ones missed."""
+
+    evaluated_at = models.DateTimeField(null=True, blank=True)
+    full_at = models.DateTimeField(null=True, blank=True, help_text="Empty: no full pass yet.")
+    full_requested_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A tick sent the full pass's task (worker.tasks.reconcile_full); it clears this.",
+    )
+    held = models.JSONField(default=list, help_text="Ids of live nodes out of the loop at the last evaluation.")
+    missed = models.PositiveBigIntegerField(default=0, help_text="Nodes a full pass planned that no tick looked at.")
+    last_missed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return f"evaluated {self.evaluated_at}, full pass {self.full_at}"
 
 
 class LoopRun(models.Model):

@@ -69,6 +69,7 @@ class Drift:
     rows: list[DesiredVsObserved]
     busy: set[int]  # a change is in progress
     backoff: dict[int, NodeRetry]  # the last change to exactly this config failed (or was held): not yet retried
+    evaluated: int = 0  # nodes compared, drifted or not
 
     def reason(self, row: DesiredVsObserved) -> str:
         """Why the node is not in sync yet (worker.models.NodeDrift.Reason)."""
@@ -85,21 +86,29 @@ class Drift:
 def drift(nodes, *, at=None) -> Drift:
     """Desired against observed for these nodes, keeping the ones that differ with what holds each back."""
     at = at or timezone.now()
-    rows = [r for r in desired_vs_observed(nodes, at=at) if r.in_sync is False]
+    compared = desired_vs_observed(nodes, at=at)
+    rows = [r for r in compared if r.in_sync is False]
     ids = [r.node.pk for r in rows]
-    busy = set(
-        NodeChange.objects.filter(node__in=ids, status__in=ACTIVE_CHANGE_STATUSES).values_list("node_id", flat=True)
-    )
-    # A change to exactly the desired config that succeeded after the node was last observed: the node runs it, but
-    # its row does not say so yet (the watcher or the agent records it next). Planned again now, it would change twice.
-    unobserved = dict(
-        NodeChange.objects.filter(node__in=ids, status=ChangeStatus.SUCCEEDED, finished_at__gt=F("node__last_seen_at"))
-        .order_by("pk")  # the latest wins
-        .values_list("node_id", "to_config")
-    )
+    busy, unobserved = set(), {}
+    for i in range(0, len(ids), 5000):
+        chunk = ids[i : i + 5000]
+        busy.update(
+            NodeChange.objects.filter(node__in=chunk, status__in=ACTIVE_CHANGE_STATUSES).values_list(
+                "node_id", flat=True
+            )
+        )
+        # A change to exactly the desired config that succeeded after the node was last observed: the node runs it,
+        # but its row does not say so yet (the watcher or the agent records it next). Planned again now, it would
+        # change twice.
+        succeeded = Q(status=ChangeStatus.SUCCEEDED, finished_at__gt=F("node__last_seen_at"))
+        unobserved.update(
+            NodeChange.objects.filter(succeeded, node__in=chunk)
+            .order_by("pk")  # the latest wins
+            .values_list("node_id", "to_config")
+        )
     busy |= {r.node.pk for r in rows if r.config and r.node.pk in unobserved and unobserved[r.node.pk] == to_config(r)}
     wanted = {r.node.pk: r.config_id for r in rows if r.config and r.node.pk not in busy}
-    return Drift(rows, busy, backoffs(wanted, at=at))
+    return Drift(rows, busy, backoffs(wanted, at=at), len(compared))
 
 
 def backoffs(config_ids_by_node: dict[int, str], *, at=None) -> dict[int, NodeRetry]:
@@ -168,7 +177,7 @@ def node_retry(row: DesiredVsObserved) -> NodeRetry | None:
 
 
 def failed_nodes_q() -> Q:
-    """Nodes the last full reconcile pass saw drifted because their last change to their desired config failed
+    """Nodes the last reconcile pass saw drifted because their last change to their desired config failed
     (rolled back or not): they report success on their old config, yet they are failed and wait for a retry."""
     return Q(pk__in=NodeDrift.objects.filter(reason=NodeDrift.Reason.FAILED).values("node_id"))
 

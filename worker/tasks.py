@@ -31,12 +31,14 @@ RECONCILE_TICK_SECONDS = 30  # beat's period for the tick (TESSERA_RECONCILE_SEC
 
 @shared_task(base=OncePerPeriod, soft_time_limit=50, time_limit=60, expires=60)
 def reconcile_tick() -> dict:
-    """Beat's tick: remove pins past their end, turn drift into rollouts, then nudge every running rollout (recovers
-    lost step tasks); clusters whose admission policies no longer match their pools' QoS policies (a window began, a
-    policy changed) are synced at once."""
+    """Beat's tick: remove pins past their end, turn drift into rollouts (incrementally: worker/reconcile.py), then
+    nudge every running rollout (recovers lost step tasks); clusters whose admission policies no longer match their
+    pools' QoS policies (a window began, a policy changed) are synced at once."""
     with telemetry.loop_run(telemetry.RECONCILE_LOOP):
         expired = sharing_services.pins_expire()
-        created = reconcile_module.reconcile()
+        created = reconcile_module.reconcile(full=False)
+        if reconcile_module.full_pass_request():
+            reconcile_full.apply_async(expires=reconcile_module.FULL_PASS_MAX_SECONDS)
         # Running rollouts start their next nodes; any other with nodes mid-apply (paused, cancelled, superseded)
         # gets its lost step tasks back.
         moving = Q(status=RolloutStatus.RUNNING) | Q(changes__status__in=IN_FLIGHT_STATUSES)
@@ -56,6 +58,15 @@ def reconcile_tick() -> dict:
         "pins_expired": expired,
         "kueue": len(kueue_pools),
     }
+
+
+@shared_task(
+    soft_time_limit=reconcile_module.FULL_PASS_MAX_SECONDS - 30, time_limit=reconcile_module.FULL_PASS_MAX_SECONDS
+)
+def reconcile_full() -> dict:
+    """The loop's safety net, sent by the tick when due: a pass over every node that also counts what the incremental
+    ticks missed (worker/reconcile.py). Its own task: at 100,000 nodes it takes longer than a tick may."""
+    return {"created": reconcile_module.reconcile(full=True)}
 
 
 @shared_task(soft_time_limit=25, time_limit=30)

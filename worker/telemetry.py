@@ -56,11 +56,14 @@ def loop_run(name: str):
     )
 
 
-def drift_record(drifted: Drift, *, now: datetime) -> None:
-    """Replace the recorded drift with what a full reconcile pass found: new drifted nodes start their clock now,
-    nodes still drifted keep theirs (with the reason of now), nodes back in sync (or out of the pass) are removed."""
+def drift_record(drifted: Drift, *, now: datetime, scope: set[int] | None = None) -> None:
+    """Replace the recorded drift of the nodes a reconcile pass evaluated (`scope`, an incremental tick's node ids;
+    None: a full pass, every node) with what it found: new drifted nodes start their clock now, nodes still drifted
+    keep theirs (with the reason of now), nodes back in sync (or out of the pass) are removed."""
     current = {row.node.pk: drifted.reason(row) for row in drifted.rows}
     recorded = dict(NodeDrift.objects.values_list("node_id", "reason"))
+    if scope is not None:
+        recorded = {pk: reason for pk, reason in recorded.items() if pk in scope}
     gone = [pk for pk in recorded if pk not in current]
     with transaction.atomic():
         for i in range(0, len(gone), CHUNK):

@@ -316,6 +316,9 @@ TESSERA = {
     "TRUSTED_PROXY_COUNT": env.int("TESSERA_TRUSTED_PROXY_COUNT", default=0),
     # How often an in-flight node change is polled (waiting for idle GPUs, verifying MIG Manager's result).
     "STEP_POLL_SECONDS": env.float("TESSERA_STEP_POLL_SECONDS", default=2.0),
+    # The reconcile tick evaluates only the nodes something could have changed for (worker/reconcile.py); every this
+    # many seconds it sends a full pass over every node (its own task), the safety net that counts what it missed.
+    "RECONCILE_FULL_SECONDS": env.int("TESSERA_RECONCILE_FULL_SECONDS", default=600),
     # Strategy of the rollouts the reconcile loop starts on its own.
     "ROLLOUT_DEFAULTS": {
         "batch_size": env.int("TESSERA_ROLLOUT_BATCH_SIZE", default=10),

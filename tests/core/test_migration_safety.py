@@ -39,6 +39,7 @@ REMOVES = (migrations.RemoveField, migrations.RenameField, migrations.DeleteMode
 BEFORE_FIRST_RELEASE = "before the first release: no installation had a big fleet when it ran"
 ALLOWED = {
     ("agents", "0001_report_cache_notify", 0): "CREATE TRIGGER on PostgreSQL: catalog only, a brief lock, no scan",
+    ("worker", "0007_reconcile_marks", 2): "CREATE TRIGGER (worker/marks.py): catalog only, a brief lock, no scan",
     ("core", "0001_role_groups", 0): "get_or_create of three auth groups",
     ("core", "0003_api_token", 1): "one row per user's DRF token, copied into a new table: users, not nodes",
     ("fleet", "0003_gpu_list_indexes", 0): BEFORE_FIRST_RELEASE,
