@@ -323,7 +323,8 @@ WRITES = [
 
 def _write(client, fleet, method, path, payload):
     ids = {key: obj.pk for key, obj in fleet.items()}
-    payload = {key: value.format(**ids) if isinstance(value, str) else value for key, value in (payload or {}).items()}
+    # "{east}" is the id itself, a JSON number (a string would be refused: issue 25, point 5)
+    payload = {key: ids.get(str(value).strip("{}"), value) for key, value in (payload or {}).items()}
     return getattr(client, method)(path.format(**ids), payload, format="json")
 
 
