@@ -94,3 +94,11 @@ def test_form_input_keeps_its_string_reading(admin_api):
     """The browsable API's forms send strings only: "false" is a boolean there."""
     created = admin_api.post("/api/v1/qos-policies/", {"name": "q", "persistence_mode": "false"})
     assert created.status_code == 201 and created.json()["persistence_mode"] is False
+
+
+def test_a_pools_cluster_is_checked_on_update_not_ignored(admin_api, pool):
+    """Coverage phase: `PATCH /node-pools/<id>/ {"cluster": {}}` answered 200 (the field was read-only on update)."""
+    url = f"/api/v1/node-pools/{pool.pk}/"
+    assert_error_shape(admin_api.patch(url, {"cluster": {}}, format="json"), field="cluster")
+    same = admin_api.patch(url, {"cluster": pool.cluster_id, "description": "x"}, format="json")
+    assert same.status_code == 200 and same.json()["cluster"]["id"] == pool.cluster_id

@@ -246,8 +246,9 @@ def test_admin_creates_a_selector_pool_and_its_nodes_join(admin_api, fleet, djan
 def test_pool_update_keeps_its_cluster(admin_api, fleet):
     url = f"/api/v1/node-pools/{fleet['inference'].pk}/"
     response = admin_api.put(url, {"name": "serving", "cluster": fleet["west"].pk}, format="json")
-    assert response.status_code == 200, response.data
-    assert (response.data["name"], response.data["cluster"]["id"]) == ("serving", fleet["east"].pk)
+    assert_error(response, 400, "cluster")  # refused, no longer ignored (issue 25, point 5)
+    fleet["inference"].refresh_from_db()
+    assert (fleet["inference"].name, fleet["inference"].cluster) == ("inference", fleet["east"])
 
 
 def test_bad_label_selector_is_a_400_on_the_field(admin_api, fleet):
