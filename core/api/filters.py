@@ -21,7 +21,7 @@ TRUE, FALSE = frozenset({"true", "True"}), frozenset({"false", "False"})
 
 
 class StrictBooleanField(forms.NullBooleanField):
-    """true or false; empty means no filter; anything else is a field error, so a 400."""
+    """true or false (left out: no filter; given empty: refused, refusing_empty); anything else is a 400."""
 
     def __init__(self, *args, **kwargs):
         kwargs["widget"] = forms.TextInput  # the raw value: django-filter's boolean widgets turn the unknown into None
