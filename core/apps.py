@@ -22,6 +22,9 @@ class CoreConfig(AppConfig):
         from celery.signals import before_task_publish
 
         from core import checks, embedded, health, metrics, queue_stats  # noqa: F401 (checks registers itself)
+        from core.api import strict
+
+        strict.install()
 
         post_migrate.connect(ensure_role_groups, sender=self)
         before_task_publish.connect(queue_stats.stamp_sent_at, dispatch_uid="core.queue_stats.stamp_sent_at")

@@ -9,11 +9,14 @@ checks again when it reads or fetches, since settings and files change after a c
 import fnmatch
 import ipaddress
 import os
+import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import yaml
 from django.conf import settings
+from urllib3.exceptions import LocationParseError
+from urllib3.util import Url, parse_url
 
 KUBECONFIG_DIR_SETTING = 'TESSERA["KUBECONFIG_DIR"] (TESSERA_KUBECONFIG_DIR)'
 KUBECONFIG_EXEC_SETTING = 'TESSERA["KUBECONFIG_ALLOW_EXEC"] (TESSERA_KUBECONFIG_ALLOW_EXEC)'
@@ -86,18 +89,57 @@ def _host_allowed(host: str, patterns) -> bool:
     return False
 
 
-def metrics_url_refusal(url: str) -> str | None:
-    """Why the worker may not fetch this metrics URL, or None: http(s) to a host METRICS_URL_ALLOW names (host
-    patterns such as `*.svc`, or networks such as `10.0.0.0/8`)."""
+# A last label of digits or hex: resolvers read such a host as an IPv4 address in any of inet_aton's forms
+# (2852039166, 0251.0376.0251.0376, 0xa9fea9fe); only dotted decimal is compared with the allow-list as written.
+_NUMERIC_LABEL = re.compile(r"(0x[0-9a-f]*|[0-9]+)", re.IGNORECASE)
+
+
+def checked_metrics_url(url: str) -> str:
+    """The URL the worker fetches: rebuilt from the parts urllib3 (the library that fetches) parsed, after its host
+    was found on METRICS_URL_ALLOW (host patterns such as `*.svc`, or networks such as `10.0.0.0/8`). Raises
+    AccessRefused.
+
+    Forms on which URL parsers differ are refused rather than interpreted: userinfo (`user@`), backslashes,
+    whitespace, control and non-ASCII characters, percent-encoding or a zone id in the host, IPv4 addresses not in
+    dotted decimal, a trailing dot, and any URL that `urllib.parse` reads with another scheme, host or port."""
+    if not url.isascii() or not url.isprintable() or any(c.isspace() for c in url):
+        raise AccessRefused("Write the URL without spaces, control or non-ASCII characters (an IDN host in punycode).")
+    if "\\" in url:
+        raise AccessRefused("Write the URL without backslashes.")
     try:
-        parts = urlsplit(url)
-        host = (parts.hostname or "").lower()
+        parts = parse_url(url)
+        other = urlsplit(url)
+        other_port = other.port
+    except (LocationParseError, ValueError):
+        raise AccessRefused("Not a valid URL.") from None
+    if parts.scheme not in ("http", "https") or not parts.host:
+        raise AccessRefused("Give an http:// or https:// URL.")
+    if parts.auth is not None or other.username is not None or "@" in (other.netloc or ""):
+        raise AccessRefused("Write the URL without a user name or password (nothing before an @ in the host).")
+    host = parts.host.strip("[]")
+    if "%" in host or "%" in (other.netloc or ""):
+        raise AccessRefused("Write the host without percent-encoding or an IPv6 zone id.")
+    if host.endswith("."):
+        raise AccessRefused("Write the host without a trailing dot.")
+    try:
+        address = ipaddress.ip_address(host)
     except ValueError:
-        return "Not a valid URL."
-    if parts.scheme not in ("http", "https") or not host:
-        return "Give an http:// or https:// URL."
+        address = None
+    if address is None and _NUMERIC_LABEL.fullmatch(host.rsplit(".", 1)[-1]):
+        raise AccessRefused("Write an IPv4 address as four decimal numbers (such as 10.0.0.1).")
+    if (other.scheme, (other.hostname or ""), other_port) != (parts.scheme, host, parts.port):
+        raise AccessRefused("The URL is read differently by different parsers; write it plainly.")
     if not _host_allowed(host, settings.TESSERA["METRICS_URL_ALLOW"]):
-        return f"Host {host} is not allowed for metrics; {METRICS_ALLOW_SETTING} lists the allowed hosts."
+        raise AccessRefused(f"Host {host} is not allowed for metrics; {METRICS_ALLOW_SETTING} lists the allowed hosts.")
+    return Url(scheme=parts.scheme, host=parts.host, port=parts.port, path=parts.path, query=parts.query).url
+
+
+def metrics_url_refusal(url: str) -> str | None:
+    """Why the worker may not fetch this metrics URL, or None (see checked_metrics_url)."""
+    try:
+        checked_metrics_url(url)
+    except AccessRefused as exc:
+        return str(exc)
     return None
 
 

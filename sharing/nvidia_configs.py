@@ -9,6 +9,7 @@ carries the tool's own words and the upstream rule (file, function, commit) — 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,17 @@ RULE_RESOURCE_NAME = f"{DEVICE_PLUGIN_AT} api/config/v1/resources.go NewResource
 RULE_START = f"{DEVICE_PLUGIN_AT} cmd/nvidia-device-plugin/main.go validateFlags"
 RULE_SELECTED_KEY = f"{DEVICE_PLUGIN_AT} cmd/config-manager/main.go (the selected key must exist)"
 RULE_MPS_MIG = f"{DEVICE_PLUGIN_AT} internal/plugin/mps.go (MPS is not offered on MIG devices)"
+RULE_BOUNDS = "Tessera (sharing.nvidia_configs: the bounds on YAML read from a cluster, docs/security.md)"
+
+# What Tessera parses from a cluster (docs/security.md, "Bounds on cluster data"). Pure-Python YAML costs ~50 µs a
+# value, so the values are counted as they are composed, aliases expanded (a 336-byte alias bomb is 9^8 of them),
+# and the parse stops at the first one over. A mig-parted config is ~14 values: 20,000 is ~1,400 of them; 256 KiB
+# is ~1,400 such configs as Tessera writes them. No name, filter or path in these files comes near 4,096
+# characters, which also keeps a number's digits under Python's int limit (4,300).
+YAML_MAX_CHARS = 256 * 1024
+YAML_MAX_VALUES = 20_000
+YAML_MAX_DEPTH = 64
+YAML_MAX_SCALAR = 4096
 
 
 class Rejected(ValueError):
@@ -50,12 +62,61 @@ class Rejected(ValueError):
 class _GoYamlV2Loader(yaml.SafeLoader):
     """Plain scalars resolved as go-yaml v2 resolves them (resolve.go): y/n/yes/on… are booleans, no timestamps
     (v2 keeps them as strings), ints as strconv.ParseInt(s, 0, 64) reads them. Repeated keys keep the last value,
-    as v2 does outside strict mode (decode.go: the 'already set' check is strict-only)."""
+    as v2 does outside strict mode (decode.go: the 'already set' check is strict-only).
+
+    Composed within the bounds above: nesting depth, scalar length, and values counted with each alias expanded
+    (an alias counts all the values of the node it names); an alias inside its own anchor is refused as go-yaml v2
+    refuses it."""
 
     yaml_implicit_resolvers: dict = {}
 
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+        self._values = 0
+        self._open_anchors: set[str] = set()
+        self._weight: dict[int, int] = {}  # id(node) -> its values, aliases expanded (nodes live as long as this)
+
     def construct_yaml_bool(self, node):
         return self.construct_scalar(node) in _TRUE
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self._open_anchors:
+                raise Rejected(f"anchor '{event.anchor}' value contains itself", RULE_YAML)
+            node = super().compose_node(parent, index)
+            self._count(self._weight.get(id(node), 1), event)
+            return node
+        if self._depth >= YAML_MAX_DEPTH:
+            raise _bound(f"nests deeper than {YAML_MAX_DEPTH} levels", event)
+        if isinstance(event, yaml.ScalarEvent) and len(event.value) > YAML_MAX_SCALAR:
+            raise _bound(f"has a value longer than {YAML_MAX_SCALAR:,} characters", event)
+        self._depth += 1
+        if event.anchor:
+            self._open_anchors.add(event.anchor)
+        node = super().compose_node(parent, index)
+        self._open_anchors.discard(event.anchor)
+        self._depth -= 1
+        if isinstance(node, yaml.SequenceNode):
+            weight = 1 + sum(self._weight[id(item)] for item in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            weight = 1 + sum(self._weight[id(key)] + self._weight[id(value)] for key, value in node.value)
+        else:
+            weight = 1
+        self._weight[id(node)] = weight
+        self._count(1, event)  # the node's own; its items counted themselves
+        return node
+
+    def _count(self, values: int, event) -> None:
+        self._values += values
+        if self._values > YAML_MAX_VALUES:
+            raise _bound(f"holds more than {YAML_MAX_VALUES:,} values, aliases expanded", event)
+
+
+def _bound(what: str, event) -> Rejected:
+    return Rejected(f"the file {what} (line {event.start_mark.line + 1}); Tessera reads no more from a cluster",
+                    RULE_BOUNDS)  # fmt: skip
 
 
 _TRUE = {"y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"}
@@ -77,12 +138,26 @@ _GoYamlV2Loader.add_constructor("tag:yaml.org,2002:bool", _GoYamlV2Loader.constr
 
 
 def load_yaml(text: str) -> Any:
-    """The JSON value sigs.k8s.io/yaml makes of `text`: map keys become strings as it converts them."""
+    """The JSON value sigs.k8s.io/yaml makes of `text`: map keys become strings as it converts them. Within the
+    bounds above, else Rejected, as is any text the parser fails on."""
+    if len(text) > YAML_MAX_CHARS:
+        raise Rejected(f"the file is {len(text):,} characters, over {YAML_MAX_CHARS:,}; Tessera reads no more from "
+                       "a cluster", RULE_BOUNDS)  # fmt: skip
+    return _jsonable(_parsed(text))
+
+
+@functools.lru_cache(maxsize=8)  # ~1.2 MB each at 20,000 values
+def _parsed(text: str) -> Any:
+    """The parsed text, shared by every caller of the same text (the import preview and each step of a rollout
+    read the same ConfigMap): load_yaml hands out copies (_jsonable), never this."""
     try:
-        value = yaml.load(text, Loader=_GoYamlV2Loader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_GoYamlV2Loader)  # noqa: S506 - a SafeLoader subclass
+    except Rejected:
+        raise
     except yaml.YAMLError as error:
         raise Rejected(f"error converting YAML to JSON: {error}", RULE_YAML) from None
-    return _jsonable(value)
+    except (ValueError, RecursionError, OverflowError) as error:  # a safety net: the bounds should keep these away
+        raise Rejected(f"error converting YAML to JSON: {type(error).__name__}: {error}", RULE_YAML) from None
 
 
 def _jsonable(value: Any) -> Any:

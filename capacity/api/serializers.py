@@ -6,6 +6,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from capacity.selectors import GROUPS
+from core.api.filters import QuerySerializer
 from fleet.models import NodePool
 
 MAX_DAYS = 366
@@ -19,7 +20,7 @@ def _week_ago():
     return timezone.localdate() - timedelta(days=6)
 
 
-class _GpuHoursQuery(serializers.Serializer):
+class _GpuHoursQuery(QuerySerializer):
     pool = serializers.PrimaryKeyRelatedField(queryset=NodePool.objects.all(), required=False, allow_null=True)
     to = serializers.DateField(default=_today, help_text="Last day, inclusive (default today).")
     group_by = serializers.ChoiceField(choices=sorted(GROUPS), default="namespace")

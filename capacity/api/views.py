@@ -43,11 +43,12 @@ class GpuHoursView(APIView):
     action_roles = {None: Role.VIEWER}
     renderer_classes = [*api_settings.DEFAULT_RENDERER_CLASSES, GpuHoursCsvRenderer]
 
-    def handle_exception(self, exc):
-        """An error keeps the API's JSON shape (and content type) even when CSV was asked for."""
-        response = super().handle_exception(exc)
-        self.request.accepted_renderer, self.request.accepted_media_type = JSONRenderer(), JSONRenderer.media_type
-        return response
+    def finalize_response(self, request, response, *args, **kwargs):
+        """Only the GET answer is CSV: an error, or OPTIONS' description, keeps the API's JSON shape (and content
+        type) even when CSV was asked for."""
+        if request.method != "GET" or response.status_code != 200:
+            request.accepted_renderer, request.accepted_media_type = JSONRenderer(), JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)
 
     @extend_schema(parameters=[serializers.GpuHoursQuerySerializer], responses=serializers.GpuHoursSerializer)
     def get(self, request):

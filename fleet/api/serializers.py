@@ -131,11 +131,13 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "updated_at",
         ]
 
-    def get_fields(self):
-        fields = super().get_fields()
-        if self.instance is not None:
-            fields["cluster"].read_only = True
-        return fields
+    def validate_cluster(self, cluster):
+        """Checked, not ignored, on PUT and PATCH: the schema says an id, and a different one is not a move."""
+        if self.instance is not None and cluster != self.instance.cluster:
+            raise serializers.ValidationError(
+                "A pool's cluster is chosen when it is created; create a pool in the other cluster instead."
+            )
+        return cluster
 
 
 class PoolMembersSetSerializer(serializers.Serializer):

@@ -6,6 +6,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from core.api.fields import RefField, ref_to
+from core.api.filters import QuerySerializer
 from fleet.models import NodePool
 from scheduling import windows
 from scheduling.assign import AssignMode
@@ -145,7 +146,7 @@ class TransitionSerializer(serializers.Serializer):
         return t.schedule.pool.name
 
 
-class TransitionRangeSerializer(serializers.Serializer):
+class TransitionRangeSerializer(QuerySerializer):
     start = serializers.DateTimeField(required=False)
     end = serializers.DateTimeField(required=False)
 
@@ -160,7 +161,7 @@ class TransitionRangeSerializer(serializers.Serializer):
         return {"start": start, "end": end}
 
 
-class UpcomingSerializer(serializers.Serializer):
+class UpcomingSerializer(QuerySerializer):
     hours = serializers.IntegerField(min_value=1, max_value=24 * 31, default=48)
 
 

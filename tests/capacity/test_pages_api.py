@@ -119,3 +119,11 @@ def test_a_bad_query_asking_for_csv_answers_the_json_error(admin_client):
     response = admin_client.get("/api/v1/gpu-hours/?format=csv&from=yesterday")
     assert response.status_code == 400 and response["Content-Type"] == "application/json"
     assert set(response.json()["errors"]) == {"from"}
+
+
+def test_options_asking_for_csv_answers_json(admin_client):
+    """Schemathesis' coverage phase (issue 25, point 5): OPTIONS with `format=csv` was a 500 (the CSV renderer got
+    the endpoint's description, not rows)."""
+    response = admin_client.options("/api/v1/gpu-hours/?format=csv")
+    assert response.status_code == 200 and response["Content-Type"] == "application/json"
+    assert response.json()["name"]

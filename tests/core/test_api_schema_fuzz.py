@@ -153,10 +153,10 @@ def _config(report: Path) -> str:
         'database = "none"',
         # Django refuses NUL in any text (`Null characters are not allowed.`); no schema can say so of every string.
         "allow-x00 = false",
-        # Examples, fuzzing (positive and negative) and stateful sequences. The coverage phase (every boundary of
-        # every parameter, ~4,000 requests, ~4 minutes on 2 cores) is left to a deeper run: docs/security.md.
+        # Examples, every boundary of every parameter (the coverage phase: the schema's limits, each type it does
+        # not take, methods it does not list), fuzzing (positive and negative) and stateful sequences.
         "[phases.coverage]",
-        "enabled = false",
+        "enabled = true",
         "[checks]",
         "enabled = true",
         # A schema-valid request may still break a rule the schema cannot state: an id that does not exist (or that
@@ -177,6 +177,9 @@ def _config(report: Path) -> str:
         for field in fields:
             for where in ("body",) if "[" in field else ("body", "query"):
                 lines.append(f'"{where}.{field}" = {{ dictionary = "{name}" }}')
+    # The agent protocol refuses this run's user token before reading a body (401): its coverage cases, a fifth of
+    # the phase, would check nothing (tests/agents test the protocol with an agent credential).
+    lines += ["[[operations]]", 'include-path-regex = "^/api/v1/agent/"', "phases.coverage.enabled = false"]
     for path, spec in PATHS.items():
         dictionary = spec if isinstance(spec, str) else path
         lines += [

@@ -246,8 +246,9 @@ def test_admin_creates_a_selector_pool_and_its_nodes_join(admin_api, fleet, djan
 def test_pool_update_keeps_its_cluster(admin_api, fleet):
     url = f"/api/v1/node-pools/{fleet['inference'].pk}/"
     response = admin_api.put(url, {"name": "serving", "cluster": fleet["west"].pk}, format="json")
-    assert response.status_code == 200, response.data
-    assert (response.data["name"], response.data["cluster"]["id"]) == ("serving", fleet["east"].pk)
+    assert_error(response, 400, "cluster")  # refused, no longer ignored (issue 25, point 5)
+    fleet["inference"].refresh_from_db()
+    assert (fleet["inference"].name, fleet["inference"].cluster) == ("inference", fleet["east"])
 
 
 def test_bad_label_selector_is_a_400_on_the_field(admin_api, fleet):
@@ -323,7 +324,8 @@ WRITES = [
 
 def _write(client, fleet, method, path, payload):
     ids = {key: obj.pk for key, obj in fleet.items()}
-    payload = {key: value.format(**ids) if isinstance(value, str) else value for key, value in (payload or {}).items()}
+    # "{east}" is the id itself, a JSON number (a string would be refused: issue 25, point 5)
+    payload = {key: ids.get(str(value).strip("{}"), value) for key, value in (payload or {}).items()}
     return getattr(client, method)(path.format(**ids), payload, format="json")
 
 

@@ -7,6 +7,7 @@ import threading
 import pytest
 from django.urls import reverse
 
+from fleet.cluster_access import AccessRefused, checked_metrics_url
 from tests.factories import ClusterFactory, UserFactory
 from worker.drivers.base import DriverError
 from worker.drivers.kubernetes.api import api_client, forget_client
@@ -146,3 +147,91 @@ def test_the_worker_refuses_a_metrics_url_no_longer_allowed_and_follows_no_redir
     finally:
         server.shutdown()
         forget_client(cluster.pk)
+
+
+# --- URLs are checked with the parser that fetches them (issue 25, point 2) -----------------------------------------
+
+# Forms on which urllib.parse and urllib3 (which fetches) read a different host, or which hide the host they name.
+DIFFERENTIAL_URLS = [
+    "http://169.254.169.254\\@x.svc/latest/",  # backslash: urllib.parse sees x.svc, urllib3 connects to 169.254…
+    "http:\\\\x.svc/",
+    "http://x.svc@169.254.169.254/",  # userinfo
+    "http://user:pass@x.svc/",
+    "http://169.254.169.254;@x.svc/",
+    "http://169.254.169.254\t@x.svc/",  # urllib.parse drops the tab, urllib3 keeps it
+    "http://x.svc\t/",
+    "http://x.svc /",
+    "http://x.svc/\r\nHost: 169.254.169.254",
+    "http://x.svc\x00/",
+    "http://x%2esvc/",  # percent-encoding: urllib3 decodes the host, urllib.parse does not
+    "http://169.254.169.254%23.svc/",
+    "http://[fe80::1%25eth0]/",  # IPv6 zone id
+    "http://x.svc./",  # trailing dot
+    "http://2852039166/",  # 169.254.169.254 as inet_aton reads it
+    "http://0251.0376.0251.0376/",
+    "http://0xa9fea9fe/",
+    "http://10.0.0.010/",
+    "http://x.svc:80:81/",
+    "http://x.sv\u0441/",  # a Cyrillic letter
+    "http://[::ffff:169.254.169.254]/",
+]
+
+
+@pytest.fixture
+def allow(settings, kubeconfigs):
+    settings.TESSERA = {**settings.TESSERA, "METRICS_URL_ALLOW": ["*.svc", "10.0.0.0/8", "fe80::/10"]}
+
+
+@pytest.mark.parametrize("field", ["metrics_url", "prometheus_url"])
+@pytest.mark.parametrize("url", DIFFERENTIAL_URLS)
+def test_urls_parsers_read_differently_are_refused_per_field(admin_api, allow, field, url):
+    response = create(admin_api, kubeconfig_path="east.yaml", **{field: url})
+    assert response.status_code == 400, url
+    assert set(response.json()["errors"]) == {field}
+
+
+def test_a_plain_url_is_fetched_as_checked_whatever_its_case(allow):
+    assert (
+        checked_metrics_url("HTTP://DCGM.GPU-Operator.SVC:9400/metrics") == "http://dcgm.gpu-operator.svc:9400/metrics"
+    )
+    assert checked_metrics_url("http://10.1.2.3/m?a=1#x") == "http://10.1.2.3/m?a=1"
+    assert checked_metrics_url("http://[fe80::1]:9400/m") == "http://[fe80::1]:9400/m"
+    with pytest.raises(AccessRefused):  # the API trims it; the worker refuses it
+        checked_metrics_url(" http://x.svc/")
+
+
+class _Listener(http.server.BaseHTTPRequestHandler):
+    """Answers DCGM metrics and records that it was asked."""
+
+    hits: list[str] = []
+
+    def do_GET(self):
+        self.hits.append(self.path)
+        body = b'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1",Hostname="n1"} 40\n'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("field", ["metrics_url", "prometheus_url"])
+@pytest.mark.parametrize(
+    "form", ["http://127.0.0.1:PORT\\@x.svc/m", "http://127.0.0.1:PORT\t@x.svc/m", "http://x.svc@127.0.0.1:PORT/m"]
+)
+def test_the_worker_never_contacts_a_host_hidden_behind_an_allowed_one(allow, field, form):
+    """Saved before the rule (or behind the API's back), the URL is refused again when fetched: the listener on
+    loopback, which `*.svc` does not allow, is never contacted."""
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Listener)
+    _Listener.hits = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    cluster = ClusterFactory(kubeconfig_path="east.yaml", **{field: form.replace("PORT", str(server.server_port))})
+    try:
+        with pytest.raises(DriverError, match="refused"):
+            fetch_metrics(cluster)
+    finally:
+        server.shutdown()
+        forget_client(cluster.pk)
+    assert _Listener.hits == []

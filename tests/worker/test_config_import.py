@@ -13,10 +13,13 @@ from fleet.models import Node, NodePool
 from sharing import nvidia_configs as nc
 from sharing import services as sharing_services
 from sharing.models import SharingProfile
+from sharing.render import MigDeviceSpec, render_mig_parted_config
 from tests.factories import ClusterFactory
+from tests.sharing.test_yaml_bounds import BOMB
 from worker import reconcile, services
 from worker.choices import IN_FLIGHT_STATUSES
 from worker.drivers import driver_for
+from worker.drivers.base import DriverError
 from worker.inventory.cluster import sync_cluster_full
 from worker.models import Rollout
 from worker.selectors import plan, reconcilable_nodes
@@ -234,3 +237,23 @@ def test_an_imported_profile_rolls_out_under_its_own_names_once_the_configmaps_a
     labels = sim.node(NEW_H100)["metadata"]["labels"]
     assert labels["nvidia.com/mig.config"] == "team-7x1g" and "nvidia.com/device-plugin.config" not in labels
     assert labels["nvidia.com/mig-1g.10gb.count"] == str(7 * len(sim.nodes[NEW_H100].gpus))
+
+
+def test_a_hostile_mig_parted_file_is_a_refusal_to_a_viewer_and_to_the_worker(sim, core, viewer_api, team):
+    """Issue 25, point 3: the 335-byte alias bomb in the ConfigMap costs a viewer's preview one bounded parse and
+    reads as mig-parted's refusals do; the worker adding a config during a rollout refuses the file the same way."""
+    driver = driver_for(team)
+    driver.adopt_operator_configs()  # Tessera's own ConfigMaps, which rollouts write to
+    policy = driver.operator.policy()
+    for name in (MIG_CM, policy.mig_configmap):
+        core.patch_namespaced_config_map(name, NS, {"data": {"config.yaml": BOMB}}, _content_type=MERGE)
+    team.refresh_from_db()
+    response = viewer_api.get(url(team))
+    assert response.status_code == 200, response.content
+    body = response.json()
+    mig = [c for c in body["configs"] if c["kind"] == "mig-parted"]
+    assert mig and all("aliases expanded" in c["refusal"] and c["rule"] == nc.RULE_BOUNDS for c in mig)
+    assert any("aliases expanded" in problem for problem in body["problems"])
+    wanted = render_mig_parted_config({"tessera-one": [MigDeviceSpec("all", False)]})
+    with pytest.raises(DriverError, match="cannot be read: the file holds more than 20,000 values"):
+        driver.operator.ensure(mig_configs={"tessera-one": wanted}, plugin_configs={})

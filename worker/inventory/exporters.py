@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 import urllib3
 from kubernetes import client
 
-from fleet.cluster_access import metrics_url_refusal
+from fleet.cluster_access import AccessRefused, checked_metrics_url
 from worker.drivers.base import DriverError
 from worker.drivers.kubernetes import api as k8s
 from worker.inventory.dcgm import WANTED_METRICS, GpuSample, group_samples, parse_dcgm
@@ -45,12 +45,14 @@ def fetch_metrics(cluster, node_names: Iterable[str] | None = None) -> Scraped:
 def _read(cluster, url: str, parse, what: str = "metrics endpoint"):
     """GET `url` with the cluster's API client pool (it carries the kubeconfig's CA, never its credentials: these
     endpoints are not the API) and parse the streamed response; any status but 200 is a (transient) error."""
-    refusal = metrics_url_refusal(url)  # checked at save; the allow-list may have changed since
-    if refusal:
-        raise DriverError(f"{what} refused: {refusal}")
+    try:  # checked at save; the allow-list may have changed since
+        checked = checked_metrics_url(url)
+    except AccessRefused as exc:
+        raise DriverError(f"{what} refused: {exc}") from None
     pool = k8s.api_client(cluster).rest_client.pool_manager
-    # No redirects: an allowed host must not send the worker on to one that is not.
-    response = pool.request("GET", url, preload_content=False, timeout=_TIMEOUT, redirect=False)
+    # Only the URL rebuilt from the checked parts is fetched, and no redirect: an allowed host must not send the
+    # worker on to one that is not.
+    response = pool.request("GET", checked, preload_content=False, timeout=_TIMEOUT, redirect=False)
     try:
         if response.status != 200:
             raise DriverError(f"{what} answered {response.status}{_error_text(response)}", transient=True)
