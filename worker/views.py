@@ -83,9 +83,12 @@ def _live_context(pk: int) -> dict:
         Rollout.objects.with_progress().select_related("actor", "pool__cluster", "profile"), pk=pk
     )
     change_ids = NodeChange.objects.filter(rollout=rollout).annotate(sid=Cast("pk", CharField())).values("sid")
-    events = AuditEvent.objects.filter(
-        Q(object_type="nodechange", object_id__in=change_ids) | Q(object_type="rollout", object_id=str(rollout.pk))
-    ).order_by("-at", "-pk")[:EVENTS_SHOWN]
+    # A list: the announcer reads the newest, the list shows them all, in one query.
+    events = list(
+        AuditEvent.objects.filter(
+            Q(object_type="nodechange", object_id__in=change_ids) | Q(object_type="rollout", object_id=str(rollout.pk))
+        ).order_by("-at", "-pk")[:EVENTS_SHOWN]
+    )
     shown = (
         "position",
         "status",

@@ -386,7 +386,7 @@ def test_live_check_returns_impact_and_field_messages_out_of_band(client, admin_
     assert response.status_code == 200 and "<html" not in html
     assert html.lstrip().startswith('<div id="qos-impact"')
     assert TIME_SLICING_ERROR in html and "Attaching it to batch would be refused" in text(html)
-    assert 'id="err-swappiness" aria-live="polite" hx-swap-oob="true"><p>' in html
+    assert 'id="err-swappiness" aria-live="polite" hx-swap-oob="innerHTML"><p>' in html
     assert "less than or equal to 200" in slot(html, "swappiness")
     assert slot(html, "name") == ""  # no "required" complaint while typing
     assert not QoSPolicy.objects.exists()

@@ -288,7 +288,7 @@ def test_live_validation_returns_drawing_and_field_messages_out_of_band(client, 
     rects = device_rects(html)
     assert [(r["data-profile"], r["data-start"]) for r in rects] == [("1g.10gb", str(i)) for i in range(7)]
     assert html.count('class="mig-free"') == 1 and "Fits" in html
-    assert 'id="err-mig_layout_all" aria-live="polite" hx-swap-oob="true"></div>' in html
+    assert 'id="err-mig_layout_all" aria-live="polite" hx-swap-oob="innerHTML"></div>' in html
     bad = client.post(reverse("sharing:profile_validate"), editor_data(mig_layout_all="1g.10gb x8", name=""), **HTMX)
     html = bad.content.decode()
     assert "Does not fit" in html and "has 7 compute slices; 1g.10gb × 8 needs 8" in html
