@@ -4,7 +4,6 @@ an admin's main flow done with the keyboard alone. docs/accessibility.md says wh
 import re
 
 import pytest
-from axe_playwright_python.sync_playwright import Axe
 from django.utils import timezone
 from playwright.sync_api import expect
 
@@ -13,6 +12,7 @@ from fleet.models import Node, NodePool
 from scheduling import services as schedule_services
 from sharing import services as sharing_services
 from tests.browser import test_workflows_ui as workflows
+from tests.browser.axe import axe_violations
 from tests.browser.test_workflows_ui import H100, sign_in
 from tests.capacity.recorded import recorded_pool
 from tests.factories import GpuFactory, NodeFactory
@@ -20,33 +20,9 @@ from worker.models import NodeChange, Rollout
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
-# The WCAG 2.0, 2.1 and 2.2 A and AA rules of axe-core (best practices and AAA are not the target).
-WCAG_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
-# Rules switched off, each with its reason. Keep docs/accessibility.md's "Known exceptions" in step.
-EXCEPTIONS: dict[str, str] = {}
-AXE = Axe()
-
 # The workflow tests' fleet (an admin, a pool of two H100 nodes) and its live rollout, as fixtures of this module too.
 fleet = workflows.fleet
 live_rollout = workflows.live_rollout
-
-
-def axe_violations(page, state: str) -> list[str]:
-    """axe's WCAG A/AA violations on the page as it is now, one line per rule: state, rule, impact, the first nodes."""
-    options = {
-        "runOnly": {"type": "tag", "values": WCAG_TAGS},
-        "rules": {rule: {"enabled": False} for rule in EXCEPTIONS},
-        "resultTypes": ["violations"],
-    }
-    results = AXE.run(page, options=options).response
-    lines = []
-    for violation in results["violations"]:
-        targets = "; ".join(
-            f"{' '.join(node['target'])} ({node.get('failureSummary', '').splitlines()[-1].strip()})"
-            for node in violation["nodes"][:4]
-        )
-        lines.append(f"{state}: {violation['id']} [{violation['impact']}] ×{len(violation['nodes'])}: {targets}")
-    return lines
 
 
 class Audit:

@@ -1,7 +1,8 @@
 """End to end in Chromium, as an admin, against the simulator's Kueue: bind a pool's quota to a ClusterQueue from
 the pool page, see the quota the sync writes, see the drift when someone edits the ClusterQueue behind Tessera's back
 (value by value: live against what Tessera wrote), take the queue over, and see the sync write Tessera's quota again.
-The sync (worker.kueue.kueue_sync, the task the reconcile tick enqueues) is run in-process at each step."""
+The sync (worker.kueue.kueue_sync, the task the reconcile tick enqueues) is run in-process at each step. These pages
+read a live cluster, so axe-core checks them here (WCAG A/AA, docs/accessibility.md), with the cluster import page."""
 
 import pytest
 from django.contrib.auth.models import Group
@@ -10,6 +11,7 @@ from playwright.sync_api import expect
 from core.models import AuditEvent
 from fleet.models import Node, NodePool
 from scheduling.models import KueueBinding
+from tests.browser.axe import axe_violations
 from tests.browser.test_workflows_ui import sign_in
 from tests.factories import UserFactory
 from worker.drivers import driver_for
@@ -55,6 +57,7 @@ def test_bind_a_pool_to_kueue_see_quota_and_drift_then_take_over(page, live_serv
     page.get_by_label("ClusterQueues").fill("gpu, Not_Valid")
     page.get_by_role("button", name="Create binding").click()
     expect(page.locator("#err-cluster_queues")).to_have_text("Not a ClusterQueue name: 'Not_Valid'.")
+    assert not axe_violations(page, "the Kueue form refused")
     assert not KueueBinding.objects.exists()
     page.get_by_label("ClusterQueues").fill("gpu")
     page.get_by_label("Lead time (minutes)").fill("30")
@@ -74,6 +77,7 @@ def test_bind_a_pool_to_kueue_see_quota_and_drift_then_take_over(page, live_serv
     page.reload()
     expect(quota.first.locator("td").nth(3)).to_have_text("16")
     expect(card.locator("#kueue-error")).to_have_text("none")
+    assert not axe_violations(page, "the pool page with its Kueue quota")
     page.screenshot(path="/tmp/tessera-pool-kueue.png", full_page=True)
 
     # Someone edits the ClusterQueue: the sync leaves it alone and reports it, value by value.
@@ -88,6 +92,7 @@ def test_bind_a_pool_to_kueue_see_quota_and_drift_then_take_over(page, live_serv
     expect(row.locator("td").nth(2)).to_have_text("50")  # live
     expect(row.locator("td").nth(3)).to_have_text("16")  # what Tessera wrote
     page.screenshot(path="/tmp/tessera-pool-kueue-drift.png", full_page=True)
+    assert not axe_violations(page, "the pool page with a Kueue drift")
     assert _quota(custom) == "50"  # not overwritten
 
     drift.get_by_role("button", name="Take over gpu").click()
@@ -98,3 +103,8 @@ def test_bind_a_pool_to_kueue_see_quota_and_drift_then_take_over(page, live_serv
     assert _quota(custom) == "16"
     page.reload()
     expect(quota.first.locator("td").nth(3)).to_have_text("16")
+
+    # The cluster import page previews the NVIDIA configs the live cluster holds.
+    page.goto(f"{live_server.url}/clusters/{sim_cluster.pk}/import/")
+    expect(page.get_by_role("heading", level=1)).to_be_visible()
+    assert not axe_violations(page, "the cluster import page")
