@@ -230,6 +230,17 @@ def test_schedule_page_lists_transitions_and_the_next_impact(client, viewer, act
     assert "GPU reset" in html
 
 
+def test_the_next_changes_gpu_resets_are_counted_in_gpus_over_nodes(
+    client, viewer, actor, pool, profiles, time_machine
+):
+    """At night the next change is the day's MIG layout: each of the 6 whole GPUs resets, on 3 nodes (the previews'
+    count); the page once showed the nodes' count as GPUs."""
+    time_machine.move_to(datetime(2026, 11, 30, 2, 0, tzinfo=UTC), tick=False)  # a Monday, before the day window
+    schedule = day_night(actor, pool, profiles, weekdays=list(range(7)))
+    html = login(client, viewer).get(schedule.get_absolute_url()).content.decode()
+    assert re.search(r'impact-counts__value">6</span> GPU resets on 3 nodes</li>', html)
+
+
 def test_schedule_page_shows_kueue_quota_before_and_after_each_transition(client, viewer, actor, pool, profiles):
     schedule = day_night(actor, pool, profiles, weekdays=list(range(7)))
     html = login(client, viewer).get(schedule.get_absolute_url()).content.decode()
