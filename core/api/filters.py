@@ -75,6 +75,8 @@ class FilterBackend(DjangoFilterBackend):
                 flt.field_class = forms.IntegerField  # the schema says integer (a column's or an id's type)
             if not isinstance(flt, CharFilter | MultipleChoiceFilter | BaseCSVFilter):  # text and lists may be empty
                 flt.field_class = refusing_empty(flt.field_class)
+            # A field the class's filter built before (the schema generator reads `.field`) was copied with it.
+            flt.__dict__.pop("_field", None)
         return filterset
 
 
