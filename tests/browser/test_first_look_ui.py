@@ -87,7 +87,7 @@ def test_the_demo_pool_previews_its_scheduled_switch_then_runs_it_node_by_node(p
     expect(now.get_by_role("link", name=next_profile)).to_be_visible()
     expect(page.locator("#pool-why")).to_contain_text(re.compile(r"until \d\d:\d\d"))
     page.goto(base + rollout_path)
-    expect(page.get_by_text("Succeeded").first).to_be_visible()
+    expect(page.locator("#rollout-live .badge").first).to_have_text("Succeeded")
     expect(page.locator("body")).to_contain_text("3/3")
 
     # MIG Manager's labels in the simulator (the banner's kubectl line) changed on every node, and settled.
